@@ -1,0 +1,11 @@
+"""ampbench: what does automatic mixed precision buy us? FP32 against AMP, on Kubeflow."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("ampbench")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"
+
+# The one place the component image is named; `ampbench compile --image` overrides it.
+DEFAULT_IMAGE = f"ghcr.io/ampbench/ampbench:{__version__}"

@@ -1,0 +1,364 @@
+"""The `ampbench` command: run the pipeline locally, compile it, or run one step by itself."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ampbench import DEFAULT_IMAGE, __version__
+from ampbench.errors import AmpbenchError
+from ampbench.logs import setup_logging
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _whole_number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _whole_number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a comma-separated list of integers"
+        ) from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"'{text}': give one or more distinct seeds, e.g. 0,1,2")
+    return seeds
+
+
+# -- run ----------------------------------------------------------------------------------------
+def _add_run(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "run",
+        help="run the whole pipeline here with the KFP local runner",
+        description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
+        "runner, track the runs in MLflow, and print the RESULTS block.",
+    )
+    parser.add_argument("--data", default="cifar10", help="data source (default: cifar10)")
+    parser.add_argument(
+        "--subset", type=_non_negative_int, default=0, help="at most N images per split"
+    )
+    parser.add_argument("--epochs", type=_positive_int, default=2)
+    parser.add_argument("--batch-size", type=_positive_int, default=128)
+    parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, help="one seed (default 0)")
+    seeds.add_argument("--seeds", type=_seed_list, help="several seeds, e.g. 0,1,2")
+    parser.add_argument(
+        "--model", default="resnet18", help="resnet18, resnet18-imagenet, small-cnn"
+    )
+    parser.add_argument("--baseline-precision", default="fp32", help="the baseline arm (fp32)")
+    parser.add_argument("--precision", default="amp", help="the mixed-precision arm (amp)")
+    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        default=None,
+        metavar="PP",
+        help="fail when the AMP arm loses more than PP percentage points of accuracy",
+    )
+    parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ampbench.components.train.models import MODELS
+    from ampbench.components.train.precision import PRECISIONS
+    from ampbench.pipelines.local import run_local, summary_lines
+
+    for option, value, allowed in (
+        ("--model", args.model, MODELS),
+        ("--precision", args.precision, PRECISIONS),
+        ("--baseline-precision", args.baseline_precision, PRECISIONS),
+    ):
+        if value not in allowed:
+            raise AmpbenchError(f"{option}: '{value}' is not one of {', '.join(allowed)}")
+    seeds = args.seeds or [args.seed if args.seed is not None else 0]
+    arguments = {
+        "data": args.data,
+        "subset": args.subset,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "seeds": seeds,
+        "model_name": args.model,
+        "baseline_precision": args.baseline_precision,
+        "amp_precision": args.precision,
+        "experiment": args.experiment,
+        "tracking": not args.no_tracking,
+        "max_accuracy_drop": -1.0 if args.max_accuracy_drop is None else args.max_accuracy_drop,
+    }
+    run = run_local(arguments, args.output_dir)
+    print("\n".join(summary_lines(run)))
+    return 0
+
+
+# -- compile ------------------------------------------------------------------------------------
+def _add_compile(commands: argparse._SubParsersAction) -> None:
+    from ampbench.pipelines.compile import DEFAULT_OUTPUT
+
+    parser = commands.add_parser(
+        "compile", help="write the pipeline YAML for Kubeflow", description="Compile the pipeline."
+    )
+    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"component image ({DEFAULT_IMAGE})")
+    parser.add_argument(
+        "--schedule",
+        choices=("parallel", "sequential"),
+        default="parallel",
+        help="train the arms at once (one GPU node each) or one after another",
+    )
+    parser.set_defaults(handler=_compile)
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from ampbench.pipelines.compile import compile_pipeline
+
+    path = compile_pipeline(args.output, args.image, args.schedule)
+    print(f"wrote {path} (image {args.image}, {args.schedule} schedule)")
+    return 0
+
+
+# -- prepare ------------------------------------------------------------------------------------
+def _add_prepare(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "prepare",
+        help="run the prepare step by itself",
+        description="Prepare a data source as Parquet shards plus metadata.json.",
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="synthetic, cifar10, cifar100, a path or file:// URI (ImageFolder directory, "
+        ".tar, .tar.gz, .tgz, .zip, CIFAR python tarball), s3://bucket/key or s3://bucket/prefix/",
+    )
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument(
+        "--subset", type=_non_negative_int, default=0, help="at most N images per split"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of subsets and splits")
+    parser.add_argument("--val-fraction", type=float, default=0.0, help="carve val from train")
+    parser.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.2,
+        help="test share of a single class-folder tree (no train/ and test/)",
+    )
+    parser.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE")
+    parser.add_argument("--skip-bad-images", action="store_true", help="skip unreadable images")
+    parser.add_argument("--max-extract-bytes", type=_positive_int, help="archive size limit")
+    parser.add_argument("--max-members", type=_positive_int, help="archive member-count limit")
+    parser.add_argument("--cache-dir", type=Path, help="downloads and prepared datasets")
+    parser.add_argument("--no-cache", action="store_true", help="prepare again even if cached")
+    parser.set_defaults(handler=_prepare)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from ampbench.components.prepare import SourceOptions, prepare_dataset
+    from ampbench.components.prepare.archive import Limits
+    from ampbench.components.prepare.sources import default_cache_dir
+
+    metadata = prepare_dataset(
+        args.data,
+        args.output_dir,
+        subset=args.subset,
+        val_fraction=args.val_fraction,
+        options=SourceOptions(
+            cache_dir=args.cache_dir or default_cache_dir(),
+            image_size=args.image_size,
+            test_fraction=args.test_fraction,
+            seed=args.seed,
+            skip_bad_images=args.skip_bad_images,
+            limits=Limits.with_overrides(args.max_extract_bytes or 0, args.max_members or 0),
+        ),
+        use_cache=not args.no_cache,
+    )
+    counts = ", ".join(f"{split} {n}" for split, n in metadata["counts"].items())
+    print(f"prepared {args.output_dir}: {counts} images, {len(metadata['classes'])} classes")
+    return 0
+
+
+# -- train --------------------------------------------------------------------------------------
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    from ampbench.components.train.models import MODELS
+    from ampbench.components.train.precision import PRECISIONS
+
+    parser = commands.add_parser(
+        "train",
+        help="run the train step by itself",
+        description="Train one precision arm on a prepared dataset; write results.json and "
+        "model.pt to the output directory.",
+    )
+    parser.add_argument("--dataset", type=Path, required=True, help="a prepared dataset directory")
+    parser.add_argument("--precision", required=True, choices=PRECISIONS)
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--epochs", type=_positive_int, default=2)
+    parser.add_argument("--batch-size", type=_positive_int, default=128)
+    parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", choices=MODELS, default="resnet18")
+    parser.add_argument("--label-smoothing", type=float, default=0.0)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--deterministic", action="store_true", help="deterministic algorithms")
+    parser.add_argument(
+        "--subset", type=_non_negative_int, default=0, help="at most N images per split"
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--checkpoint-dir", help="local directory or s3:// prefix")
+    parser.add_argument("--checkpoint-every", type=_non_negative_int, default=0, help="steps")
+    parser.add_argument("--keep-checkpoints", type=_positive_int, default=3)
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.set_defaults(handler=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from ampbench.components.train.engine import TrainConfig
+    from ampbench.components.train.step import TrackingOptions, run_training
+
+    config = TrainConfig(
+        dataset_dir=args.dataset,
+        precision=args.precision,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        model=args.model,
+        label_smoothing=args.label_smoothing,
+        compile=args.compile,
+        deterministic=args.deterministic,
+        subset=args.subset,
+        device=args.device,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume,
+    )
+    results_path = args.output_dir / "results.json"
+    results = run_training(
+        config,
+        results_path,
+        args.output_dir / "model.pt",
+        None if args.no_tracking else TrackingOptions(experiment=args.experiment),
+    )
+    print(
+        f"{results['precision']}: accuracy {results['accuracy']:.4f}, "
+        f"{results['train_time_s']:.2f} s, {results['peak_memory_mb']:.1f} MB peak "
+        f"-> {results_path}"
+    )
+    return 0
+
+
+# -- compare ------------------------------------------------------------------------------------
+def _add_compare(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "compare",
+        help="run the compare step by itself",
+        description="Compare training results (one file per seed) of a baseline and an AMP arm.",
+    )
+    parser.add_argument("--baseline", nargs="+", type=Path, required=True, metavar="RESULTS")
+    parser.add_argument("--amp", nargs="+", type=Path, required=True, metavar="RESULTS")
+    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--max-accuracy-drop", type=float, default=None, metavar="PP")
+    parser.set_defaults(handler=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ampbench.components.compare.report import render_text
+    from ampbench.components.compare.step import load_results, run_comparison
+
+    baseline = load_results(args.baseline[0])["precision"]
+    amp = load_results(args.amp[0])["precision"]
+    if baseline == amp:
+        raise AmpbenchError(f"--baseline and --amp: both arms are '{baseline}'")
+    comparison = run_comparison(
+        {baseline: args.baseline, amp: args.amp},
+        args.output_dir / "results.json",
+        args.output_dir / "report.md",
+        baseline=baseline,
+        max_accuracy_drop_pp=args.max_accuracy_drop,
+    )
+    print(render_text(comparison))
+    return 0
+
+
+# -- ui -----------------------------------------------------------------------------------------
+def _add_ui(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "ui",
+        help="browse the runs in the MLflow UI",
+        description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
+    )
+    parser.add_argument("--port", type=_positive_int, default=5000)
+    parser.set_defaults(handler=_ui)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from ampbench.tracking import tracking_uri
+
+    uri = tracking_uri()
+    if not uri.startswith("sqlite:"):
+        raise AmpbenchError(f"MLFLOW_TRACKING_URI is {uri}: open that server's own UI instead")
+    print(f"MLflow UI on http://127.0.0.1:{args.port} ({uri}); Ctrl-C stops it")
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    command += ["--host", "127.0.0.1", "--port", str(args.port)]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    return subprocess.call(command, env=env)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ampbench",
+        description="What does mixed precision buy us? AMP against FP32 training: speed, "
+        "memory, accuracy, as a Kubeflow pipeline tracked in MLflow.",
+    )
+    parser.add_argument("--version", action="version", version=f"ampbench {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    for add in (_add_run, _add_compile, _add_prepare, _add_train, _add_compare, _add_ui):
+        add(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except AmpbenchError as error:
+        print(f"ampbench: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("ampbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

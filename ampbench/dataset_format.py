@@ -1,0 +1,136 @@
+"""The prepared-dataset format shared by the prepare step (writer) and training (reader).
+
+A prepared dataset is a directory:
+
+    metadata.json                 classes, counts, image shape, normalisation, provenance
+    <split>/part-NNNNN.parquet    columns: index (int64), label (int16),
+                                  image (fixed_size_binary(H*W*C): uint8 pixels, HWC order)
+
+A fixed-size-binary column is one contiguous buffer, so a whole split reads back into a
+uint8 tensor without a per-image Python loop; that tensor's NCHW view of HWC bytes is
+already in channels_last memory format, which is what training wants.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from ampbench.errors import AmpbenchError
+
+FORMAT_VERSION = 1
+METADATA_FILE = "metadata.json"
+SPLITS = ("train", "val", "test")
+# Bounded shards: readers can stream or distribute them, writers never hold a huge row group.
+MAX_SHARD_BYTES = 64 * 1024 * 1024
+
+
+def image_type(shape: tuple[int, int, int]) -> pa.DataType:
+    height, width, channels = shape
+    return pa.binary(height * width * channels)
+
+
+def write_split(
+    dataset_dir: Path, split: str, images: np.ndarray, labels: np.ndarray, indices: np.ndarray
+) -> list[str]:
+    """Write one split ([N, H, W, C] uint8 images) as zstd Parquet shards; return their names."""
+    if images.dtype != np.uint8 or images.ndim != 4:
+        raise ValueError(f"images must be uint8 [N, H, W, C], got {images.dtype} {images.shape}")
+    count = len(images)
+    shape = images.shape[1:]
+    bytes_per_image = int(np.prod(shape))
+    rows_per_shard = max(1, MAX_SHARD_BYTES // bytes_per_image)
+    split_dir = dataset_dir / split
+    split_dir.mkdir(parents=True, exist_ok=True)
+    flat = np.ascontiguousarray(images).reshape(-1)
+    names = []
+    for shard, start in enumerate(range(0, max(count, 1), rows_per_shard)):
+        stop = min(start + rows_per_shard, count)
+        pixels = pa.FixedSizeBinaryArray.from_buffers(
+            image_type(shape),
+            stop - start,
+            [None, pa.py_buffer(flat[start * bytes_per_image : stop * bytes_per_image])],
+        )
+        table = pa.table(
+            {
+                "index": pa.array(indices[start:stop], pa.int64()),
+                "label": pa.array(labels[start:stop], pa.int16()),
+                "image": pixels,
+            }
+        )
+        name = f"part-{shard:05d}.parquet"
+        pq.write_table(table, split_dir / name, compression="zstd")
+        names.append(f"{split}/{name}")
+    return names
+
+
+@dataclass(frozen=True)
+class SplitTensors:
+    """One split as tensors: images uint8 [N, C, H, W] (channels_last), labels int64 [N]."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    indices: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def shard(self, rank: int, world_size: int) -> SplitTensors:
+        """Every world_size-th row from rank on: one data-parallel process's share."""
+        if world_size == 1:
+            return self
+        return SplitTensors(
+            self.images[rank::world_size],
+            self.labels[rank::world_size],
+            self.indices[rank::world_size],
+        )
+
+
+def read_metadata(dataset_dir: Path) -> dict[str, Any]:
+    path = dataset_dir / METADATA_FILE
+    if not path.is_file():
+        raise AmpbenchError(
+            f"{dataset_dir}: not a prepared dataset (no {METADATA_FILE}); run `ampbench prepare`"
+        )
+    metadata = json.loads(path.read_text(encoding="utf-8"))
+    if metadata.get("format_version") != FORMAT_VERSION:
+        raise AmpbenchError(
+            f"{dataset_dir}: dataset format version {metadata.get('format_version')} is not "
+            f"{FORMAT_VERSION}; prepare it again with this version of ampbench"
+        )
+    return metadata
+
+
+def read_split(dataset_dir: Path, split: str) -> SplitTensors:
+    """Read a split's shards into tensors without a per-image Python loop."""
+    metadata = read_metadata(dataset_dir)
+    height, width, channels = metadata["image_shape"]
+    shards = sorted((dataset_dir / split).glob("part-*.parquet"))
+    if split not in metadata["counts"] or not shards:
+        raise AmpbenchError(f"{dataset_dir}: the prepared dataset has no '{split}' split")
+    table = pa.concat_tables(pq.read_table(shard) for shard in shards)
+    if len(table) != metadata["counts"][split]:
+        raise AmpbenchError(
+            f"{dataset_dir}: split '{split}' holds {len(table)} images, metadata says "
+            f"{metadata['counts'][split]}; the dataset is incomplete"
+        )
+    column = table.column("image").combine_chunks()
+    if column.type != image_type((height, width, channels)):
+        raise AmpbenchError(f"{dataset_dir}: split '{split}' image column is {column.type}")
+    bytes_per_image = height * width * channels
+    buffer = column.buffers()[1]
+    pixels = np.frombuffer(buffer, dtype=np.uint8)[
+        column.offset * bytes_per_image : (column.offset + len(column)) * bytes_per_image
+    ].reshape(len(column), height, width, channels)
+    # Own the memory (Arrow buffers are read-only); the NCHW view of HWC bytes is channels_last.
+    images = torch.from_numpy(pixels.copy()).permute(0, 3, 1, 2)
+    labels = torch.from_numpy(table.column("label").to_numpy().astype(np.int64))
+    indices = torch.from_numpy(table.column("index").to_numpy().copy())
+    return SplitTensors(images, labels, indices)

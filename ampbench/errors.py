@@ -1,0 +1,45 @@
+"""Errors that are the user's to fix: reported as one line, never as a traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# Set by `ampbench run` for the pipeline steps it launches: a step that fails on bad input
+# writes its one-line message here so that the command can repeat it as its last word.
+ERROR_FILE_ENV = "AMPBENCH_ERROR_FILE"
+
+
+class AmpbenchError(Exception):
+    """Bad input or an unusable environment, explained in one line that names what is wrong."""
+
+
+def record_step_error(step: str, message: str) -> None:
+    """Leave a step's one-line error where the launching command can find it."""
+    error_file = os.environ.get(ERROR_FILE_ENV)
+    if error_file:
+        with Path(error_file).open("a", encoding="utf-8") as f:
+            f.write(f"{step}: {message}\n")
+
+
+def read_step_errors(error_file: Path) -> list[str]:
+    if not error_file.exists():
+        return []
+    return [line for line in error_file.read_text(encoding="utf-8").splitlines() if line]
+
+
+@contextmanager
+def reported_as_step(step: str) -> Iterator[None]:
+    """Inside a pipeline step: an AmpbenchError becomes one log line and exit status 1.
+
+    KFP would otherwise print a traceback for what is the user's input error.
+    """
+    try:
+        yield
+    except AmpbenchError as error:
+        print(f"ERROR: {step}: {error}", file=sys.stderr, flush=True)
+        record_step_error(step, str(error))
+        raise SystemExit(1) from None

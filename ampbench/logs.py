@@ -1,0 +1,109 @@
+"""Logging and progress that suit both a terminal and a KFP pod, and know their rank.
+
+Under torchrun every process has RANK and WORLD_SIZE; only rank 0 draws progress and logs
+at INFO, so that N processes do not print N copies of the same lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from types import TracebackType
+
+from tqdm import tqdm
+
+log = logging.getLogger("ampbench")
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def setup_logging(verbose: bool = False) -> None:
+    """Plain timestamped lines on stderr; the rank is named once there is more than one."""
+    prefix = f"[rank {rank()}/{world_size()}] " if world_size() > 1 else ""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s {prefix}%(message)s", "%H:%M:%S")
+    )
+    log.handlers[:] = [handler]
+    log.propagate = False
+    if rank() != 0:
+        log.setLevel(logging.WARNING)
+    else:
+        log.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def _format_seconds(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (KFP logs, CI) a plain line every `interval` s.
+
+    Both show the count, the rate and the ETA.
+    """
+
+    def __init__(self, total: int, desc: str, unit: str = "it", interval: float = 10.0) -> None:
+        self.total = total
+        self.desc = desc
+        self.unit = unit
+        self.interval = interval
+        self.count = 0
+        self._start = time.perf_counter()
+        self._last_line = self._start
+        enabled = rank() == 0
+        self._bar = (
+            tqdm(
+                total=total, desc=desc, unit=unit, unit_scale=True, dynamic_ncols=True, leave=False
+            )
+            if enabled and sys.stderr.isatty()
+            else None
+        )
+        self._plain = enabled and self._bar is None
+
+    def update(self, n: int = 1) -> None:
+        self.count += n
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = time.perf_counter()
+        if self._plain and now - self._last_line >= self.interval and self.count < self.total:
+            self._last_line = now
+            log.info("%s", self._line(now))
+
+    def _line(self, now: float) -> str:
+        elapsed = now - self._start
+        rate = self.count / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.count) / rate if rate > 0 else float("nan")
+        eta_text = _format_seconds(eta) if rate > 0 else "?"
+        percent = 100.0 * self.count / self.total if self.total else 100.0
+        return (
+            f"{self.desc}: {self.count}/{self.total} {self.unit} ({percent:.0f}%), "
+            f"{rate:,.1f} {self.unit}/s, elapsed {_format_seconds(elapsed)}, ETA {eta_text}"
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

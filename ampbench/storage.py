@@ -1,0 +1,242 @@
+"""s3:// and local paths, one small module for datasets, checkpoints and exports.
+
+The client comes from boto3's standard environment: the endpoint from AWS_ENDPOINT_URL_S3 or
+AWS_ENDPOINT_URL, credentials from the standard chain. Error messages name the URI and the
+service's error code, never a credential.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from ampbench.errors import AmpbenchError
+
+MULTIPART_CHUNK = 8 * 1024 * 1024
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise AmpbenchError(f"{uri}: not an s3://bucket/key URI")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def join(base: str, *parts: str) -> str:
+    """Join path parts onto a local path or an s3:// URI."""
+    if is_s3(base):
+        return "/".join([base.rstrip("/"), *(part.strip("/") for part in parts)])
+    return str(Path(base, *parts))
+
+
+@cache
+def client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        # S3-compatible stores (Ceph RGW, MinIO) are addressed by path, not virtual host.
+        s3={"addressing_style": "path"},
+        retries={"mode": "standard", "max_attempts": 5},
+        connect_timeout=10,
+        read_timeout=60,
+        # Newer boto3 adds CRC checksums to every upload; older S3-compatible stores reject
+        # them. Uploads are verified by size and ETag below instead.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    return boto3.session.Session().client("s3", config=config)
+
+
+def _transfer_config() -> Any:
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(multipart_threshold=MULTIPART_CHUNK, multipart_chunksize=MULTIPART_CHUNK)
+
+
+def describe_error(uri: str, error: Exception) -> AmpbenchError:
+    """One line for a failed S3 call: the URI and what the service said, no credentials."""
+    from botocore.exceptions import (
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+    )
+
+    if isinstance(error, ClientError):
+        code = error.response.get("Error", {}).get("Code", "Unknown")
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        reasons = {
+            "NoSuchBucket": "the bucket does not exist",
+            "NoSuchKey": "no such object",
+            "404": "no such object",
+            "NotFound": "no such object",
+            "AccessDenied": "access denied",
+            "403": "access denied",
+            "InvalidAccessKeyId": "the access key is not known to the server",
+            "SignatureDoesNotMatch": "the secret key does not match the access key",
+        }
+        return AmpbenchError(f"{uri}: {reasons.get(code, code)} (S3 error {code}, HTTP {status})")
+    if isinstance(error, EndpointConnectionError):
+        return AmpbenchError(
+            f"{uri}: cannot reach the S3 endpoint ({error.kwargs['endpoint_url']})"
+        )
+    if isinstance(error, NoCredentialsError):
+        return AmpbenchError(f"{uri}: no S3 credentials found (set AWS_ACCESS_KEY_ID and friends)")
+    if isinstance(error, ParamValidationError):
+        return AmpbenchError(f"{uri}: invalid S3 request ({error})")
+    return AmpbenchError(f"{uri}: S3 request failed ({type(error).__name__})")
+
+
+def _s3_call(uri: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return fn(*args, **kwargs)
+    except (ClientError, BotoCoreError) as error:
+        raise describe_error(uri, error) from None
+
+
+def head(uri: str) -> dict[str, Any]:
+    bucket, key = split_s3(uri)
+    return _s3_call(uri, client().head_object, Bucket=bucket, Key=key)
+
+
+def list_keys(uri: str) -> list[tuple[str, int, str]]:
+    """(key, size, ETag) of every object under an s3://bucket/prefix/."""
+    bucket, prefix = split_s3(uri)
+    paginator = client().get_paginator("list_objects_v2")
+    found = []
+    pages = _s3_call(uri, lambda: list(paginator.paginate(Bucket=bucket, Prefix=prefix)))
+    for page in pages:
+        for item in page.get("Contents", []):
+            found.append((item["Key"], item["Size"], item["ETag"].strip('"')))
+    return found
+
+
+def _cache_root(cache_dir: Path) -> Path:
+    return cache_dir / "s3"
+
+
+def _cached_object(uri: str, etag: str, cache_dir: Path) -> Path:
+    bucket, key = split_s3(uri)
+    digest = hashlib.sha256(f"{bucket}\0{key}\0{etag}".encode()).hexdigest()[:32]
+    return _cache_root(cache_dir) / digest / Path(key).name
+
+
+def fetch(uri: str, cache_dir: Path) -> tuple[Path, bool]:
+    """Download an object into the cache (keyed by bucket, key and ETag); (path, was_cached)."""
+    bucket, key = split_s3(uri)
+    etag = head(uri)["ETag"].strip('"')
+    target = _cached_object(uri, etag, cache_dir)
+    if target.is_file():
+        return target, True
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        _s3_call(uri, client().download_file, bucket, key, str(partial), Config=_transfer_config())
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target, False
+
+
+def fetch_tree(uri: str, cache_dir: Path) -> tuple[Path, bool]:
+    """Download every object under a prefix into a cached directory; (path, was_cached)."""
+    bucket, prefix = split_s3(uri)
+    prefix = prefix if prefix.endswith("/") or not prefix else prefix + "/"
+    listing = list_keys(f"s3://{bucket}/{prefix}")
+    if not listing:
+        raise AmpbenchError(f"{uri}: no objects under this prefix")
+    manifest = json.dumps(sorted(listing)).encode()
+    digest = hashlib.sha256(f"{bucket}\0{prefix}\0".encode() + manifest).hexdigest()[:32]
+    target = _cache_root(cache_dir) / digest / "tree"
+    if target.is_dir():
+        return target, True
+    staging = Path(tempfile.mkdtemp(dir=target.parent.parent if target.parent.exists() else None))
+    try:
+        for key, _, _ in listing:
+            relative = key[len(prefix) :]
+            if not relative or relative.endswith("/"):
+                continue
+            if ".." in Path(relative).parts:
+                raise AmpbenchError(f"{uri}: object key '{key}' points outside the prefix")
+            local = staging / relative
+            local.parent.mkdir(parents=True, exist_ok=True)
+            _s3_call(uri, client().download_file, bucket, key, str(local))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target, False
+
+
+def _expected_etag(path: Path) -> str:
+    """The ETag S3 gives an upload made with our transfer config: MD5, or MD5 of part MD5s."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        if size < MULTIPART_CHUNK:
+            return hashlib.md5(f.read(), usedforsecurity=False).hexdigest()
+        digests = [
+            hashlib.md5(chunk, usedforsecurity=False).digest()
+            for chunk in iter(lambda: f.read(MULTIPART_CHUNK), b"")
+        ]
+    combined = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
+    return f"{combined}-{len(digests)}"
+
+
+def upload(path: Path, uri: str) -> None:
+    """Upload one file (multipart when large) and verify its size and ETag."""
+    bucket, key = split_s3(uri)
+    _s3_call(uri, client().upload_file, str(path), bucket, key, Config=_transfer_config())
+    stored = head(uri)
+    if stored["ContentLength"] != path.stat().st_size:
+        raise AmpbenchError(
+            f"{uri}: upload verification failed (stored {stored['ContentLength']} bytes, "
+            f"sent {path.stat().st_size})"
+        )
+    if stored["ETag"].strip('"') != _expected_etag(path):
+        raise AmpbenchError(f"{uri}: upload verification failed (ETag differs from the file)")
+
+
+def copy_tree(local_dir: Path, destination: str) -> list[str]:
+    """Copy a local directory to an s3:// prefix or a local directory; return what was written."""
+    written = []
+    for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+        relative = path.relative_to(local_dir).as_posix()
+        target = join(destination, relative)
+        if is_s3(destination):
+            upload(path, target)
+        else:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        written.append(target)
+    return written
+
+
+def read_bytes(location: str) -> bytes:
+    if not is_s3(location):
+        return Path(location).read_bytes()
+    bucket, key = split_s3(location)
+    response = _s3_call(location, client().get_object, Bucket=bucket, Key=key)
+    return response["Body"].read()
+
+
+def remove(location: str) -> None:
+    if not is_s3(location):
+        Path(location).unlink(missing_ok=True)
+        return
+    bucket, key = split_s3(location)
+    _s3_call(location, client().delete_object, Bucket=bucket, Key=key)

@@ -1,0 +1,164 @@
+"""Read the files of a directory tree or an archive into memory, refusing hostile archives.
+
+Nothing is extracted to disk, so a hostile member name could not escape anyway; such members
+are still refused, since an archive that holds them is not a dataset anyone meant to send.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ampbench.errors import AmpbenchError
+
+DEFAULT_MAX_EXTRACT_BYTES = 8 * 1024**3  # 8 GiB: far above ImageNet-size CIFAR-likes
+DEFAULT_MAX_MEMBERS = 5_000_000
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_bytes: int = DEFAULT_MAX_EXTRACT_BYTES
+    max_members: int = DEFAULT_MAX_MEMBERS
+
+    @classmethod
+    def with_overrides(cls, max_bytes: int = 0, max_members: int = 0) -> Limits:
+        """The default limits, with each non-zero argument in place of its default."""
+        return cls(max_bytes or DEFAULT_MAX_EXTRACT_BYTES, max_members or DEFAULT_MAX_MEMBERS)
+
+
+def is_archive(path: Path) -> bool:
+    return path.name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _checked_name(source: str, name: str) -> str:
+    """A member name as a safe relative POSIX path, or an error naming the member."""
+    posix = name.replace("\\", "/")
+    if posix.startswith("/") or (len(posix) > 1 and posix[1] == ":"):
+        raise AmpbenchError(f"{source}: archive member '{name}' has an absolute path; refused")
+    parts = PurePosixPath(posix).parts
+    if ".." in parts:
+        raise AmpbenchError(f"{source}: archive member '{name}' points outside the archive (..)")
+    return "/".join(part for part in parts if part not in ("", "."))
+
+
+class _Budget:
+    def __init__(self, source: str, limits: Limits) -> None:
+        self.source = source
+        self.limits = limits
+        self.members = 0
+        self.bytes = 0
+
+    def count_member(self) -> None:
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise AmpbenchError(
+                f"{self.source}: archive holds more than {self.limits.max_members:,} members; "
+                "refused (raise --max-members if this is intended)"
+            )
+
+    def add_bytes(self, size: int) -> None:
+        self.bytes += size
+        if self.bytes > self.limits.max_bytes:
+            raise AmpbenchError(
+                f"{self.source}: archive expands past {self.limits.max_bytes:,} bytes; refused "
+                "(raise --max-extract-bytes if this is intended)"
+            )
+
+
+def _iter_tar(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
+    source = str(path)
+    try:
+        # Stream mode: one pass over the (compressed) file, members in archive order.
+        with tarfile.open(path, mode="r|*") as archive:
+            for member in archive:
+                budget.count_member()
+                name = _checked_name(source, member.name)
+                if member.issym() or member.islnk():
+                    raise AmpbenchError(
+                        f"{source}: archive member '{member.name}' is a link; refused"
+                    )
+                if member.isdev() or member.isfifo():
+                    raise AmpbenchError(
+                        f"{source}: archive member '{member.name}' is a device or pipe; refused"
+                    )
+                if member.isdir():
+                    yield name, None
+                    continue
+                if not member.isfile():
+                    continue
+                budget.add_bytes(member.size)
+                handle = archive.extractfile(member)
+                if handle is None:
+                    continue
+                yield name, handle.read()
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise AmpbenchError(f"{source}: not a readable tar archive ({error})") from None
+
+
+def _iter_zip(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
+    source = str(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                budget.count_member()
+                name = _checked_name(source, info.filename)
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    raise AmpbenchError(
+                        f"{source}: archive member '{info.filename}' is a link; refused"
+                    )
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+                    raise AmpbenchError(
+                        f"{source}: archive member '{info.filename}' is a device or pipe; refused"
+                    )
+                if info.is_dir():
+                    yield name, None
+                    continue
+                # The declared size is checked first; reading stops at the budget regardless,
+                # so a member that lies about its size cannot expand past it.
+                budget.add_bytes(info.file_size)
+                with archive.open(info) as handle:
+                    data = handle.read(info.file_size + 1)
+                if len(data) > info.file_size:
+                    raise AmpbenchError(
+                        f"{source}: archive member '{info.filename}' is larger than declared"
+                    )
+                yield name, data
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
+        raise AmpbenchError(f"{source}: not a readable zip archive ({error})") from None
+
+
+def _iter_directory(root: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for dirname in dirnames:
+            if (Path(directory) / dirname).is_symlink():
+                raise AmpbenchError(f"{Path(directory) / dirname}: links are not followed; refused")
+            yield (Path(directory) / dirname).relative_to(root).as_posix(), None
+        for filename in sorted(filenames):
+            path = Path(directory) / filename
+            if path.is_symlink() or not path.is_file():
+                # A link inside a user's own tree may point anywhere; a dataset has no need of one.
+                raise AmpbenchError(f"{path}: links and special files are not read; refused")
+            budget.count_member()
+            budget.add_bytes(path.stat().st_size)
+            yield path.relative_to(root).as_posix(), path.read_bytes()
+
+
+def iter_files(path: Path, limits: Limits) -> Iterator[tuple[str, bytes | None]]:
+    """(relative POSIX path, content) for each regular file of a directory or archive.
+
+    Directories come as (path, None), so that a caller can tell an empty folder from none.
+    """
+    budget = _Budget(str(path), limits)
+    if path.is_dir():
+        return _iter_directory(path, budget)
+    if path.name.lower().endswith(".zip"):
+        return _iter_zip(path, budget)
+    return _iter_tar(path, budget)

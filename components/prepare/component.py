@@ -1,0 +1,54 @@
+"""The prepare step as a KFP lightweight component: a thin wrapper over prepare_dataset."""
+
+from kfp import dsl
+
+from ampbench import DEFAULT_IMAGE
+
+
+@dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+def prepare(
+    data: str,
+    dataset: dsl.Output[dsl.Dataset],
+    subset: int = 0,
+    seed: int = 0,
+    val_fraction: float = 0.0,
+    test_fraction: float = 0.2,
+    image_size: int = 0,
+    skip_bad_images: bool = False,
+    max_extract_bytes: int = 0,
+    max_members: int = 0,
+) -> None:
+    """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
+
+    max_extract_bytes and max_members: 0 keeps ampbench's limits for archives.
+    """
+    from pathlib import Path
+
+    from ampbench.components.prepare import SourceOptions, prepare_dataset
+    from ampbench.components.prepare.archive import Limits
+    from ampbench.errors import reported_as_step
+    from ampbench.logs import setup_logging
+
+    setup_logging()
+    with reported_as_step("prepare"):
+        metadata = prepare_dataset(
+            data,
+            Path(dataset.path),
+            subset=subset,
+            val_fraction=val_fraction,
+            options=SourceOptions(
+                image_size=image_size or None,
+                test_fraction=test_fraction,
+                seed=seed,
+                skip_bad_images=skip_bad_images,
+                limits=Limits.with_overrides(max_extract_bytes, max_members),
+            ),
+        )
+    dataset.metadata.update(
+        {
+            "classes": metadata["classes"],
+            "counts": metadata["counts"],
+            "image_shape": metadata["image_shape"],
+            "source_sha256": metadata["source"]["sha256"],
+        }
+    )

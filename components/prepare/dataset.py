@@ -1,0 +1,234 @@
+"""The prepare step as a plain function: a data source in, a prepared dataset directory out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ampbench import __version__
+from ampbench.components.prepare.sources import (
+    SourceOptions,
+    Split,
+    load,
+    resolve_sha256,
+)
+from ampbench.dataset_format import FORMAT_VERSION, METADATA_FILE, write_split
+from ampbench.errors import AmpbenchError
+from ampbench.logs import Progress, log
+from ampbench.sampling import stratified_split, stratified_take
+
+MAX_LISTED_BAD_IMAGES = 100
+
+
+def channel_stats(images: np.ndarray, chunk: int = 2048) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std on the 0-1 scale, in float64, a chunk at a time."""
+    channels = images.shape[-1]
+    total = np.zeros(channels)
+    squares = np.zeros(channels)
+    for start in range(0, len(images), chunk):
+        block = images[start : start + chunk].reshape(-1, channels).astype(np.float64) / 255.0
+        total += block.sum(axis=0)
+        squares += np.square(block).sum(axis=0)
+    count = max(1, len(images) * images.shape[1] * images.shape[2])
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean**2, 0.0))
+    return mean.tolist(), std.tolist()
+
+
+def _cache_key(sha256: str, settings: dict[str, Any]) -> str:
+    payload = json.dumps({"format": FORMAT_VERSION, "source": sha256, **settings}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _publish(staging: Path, output_dir: Path) -> None:
+    """Move a finished dataset into place; an earlier prepared dataset there is replaced."""
+    if output_dir.exists():
+        if output_dir.is_dir() and not any(output_dir.iterdir()):
+            output_dir.rmdir()
+        elif (output_dir / METADATA_FILE).is_file():
+            retired = output_dir.with_name(f".{output_dir.name}.old-{os.getpid()}")
+            os.replace(output_dir, retired)
+            shutil.rmtree(retired)
+        else:
+            raise AmpbenchError(f"{output_dir}: exists and is not a prepared dataset; refused")
+    os.replace(staging, output_dir)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    def link_or_copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link_or_copy)
+
+
+def _select_rows(
+    splits: dict[str, Split], subset: int, val_fraction: float, rng: np.random.Generator
+) -> dict[str, tuple[Split, np.ndarray]]:
+    """Which rows of which source split make each output split."""
+    chosen = {}
+    for name, split in splits.items():
+        rows = np.arange(len(split.labels))
+        chosen[name] = (split, stratified_take(split.labels, subset, rng) if subset else rows)
+    if val_fraction:
+        if "val" in splits:
+            raise AmpbenchError("--val-fraction: the source has its own val/ split already")
+        train, rows = chosen["train"]
+        val_positions, train_positions = stratified_split(train.labels[rows], val_fraction, rng)
+        chosen["train"] = (train, rows[train_positions])
+        chosen["val"] = (train, rows[val_positions])
+    return chosen
+
+
+def prepare_dataset(
+    source: str,
+    output_dir: Path,
+    *,
+    subset: int = 0,
+    val_fraction: float = 0.0,
+    options: SourceOptions | None = None,
+    use_cache: bool = True,
+) -> dict[str, Any]:
+    """Prepare `source` into `output_dir` (Parquet shards + metadata.json); return the metadata.
+
+    The result appears at `output_dir` only when complete. Preparing the same content with the
+    same settings again copies the cached result instead of decoding anything.
+    """
+    options = options or SourceOptions()
+    if subset < 0:
+        raise AmpbenchError(f"--subset: must be 0 (all) or a positive count, not {subset}")
+    if not 0.0 <= val_fraction < 1.0:
+        raise AmpbenchError(f"--val-fraction: must be in [0, 1), not {val_fraction}")
+    if not 0.0 < options.test_fraction < 1.0:
+        raise AmpbenchError(f"--test-fraction: must be in (0, 1), not {options.test_fraction}")
+    if options.image_size is not None and not 1 <= options.image_size <= 1024:
+        raise AmpbenchError(f"--image-size: must be 1 to 1024 pixels, not {options.image_size}")
+    started = time.perf_counter()
+    output_dir = Path(output_dir).absolute()
+    sha256, local = resolve_sha256(source, options)
+    settings = {
+        "subset": subset,
+        "val_fraction": val_fraction,
+        "test_fraction": options.test_fraction,
+        "image_size": options.image_size,
+        "seed": options.seed,
+        "skip_bad_images": options.skip_bad_images,
+    }
+    key = _cache_key(sha256, settings)
+    cached = options.cache_dir / "prepared" / key
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    try:
+        if use_cache and (cached / METADATA_FILE).is_file():
+            shutil.rmtree(staging)
+            _copy_tree(cached, staging)
+            metadata = json.loads((staging / METADATA_FILE).read_text())
+            log.info("prepare: cache hit for %s (key %s), nothing decoded", source, key)
+        else:
+            metadata = _build(source, staging, sha256, local, subset, val_fraction, options)
+            metadata["cache_key"] = key
+            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+            if use_cache:
+                _store_in_cache(staging, cached)
+        _publish(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    counts = ", ".join(f"{split} {n:,}" for split, n in metadata["counts"].items())
+    skipped = sum(metadata["skipped"].values())
+    log.info(
+        "prepare: %s -> %s: %s images, %d classes, %d files skipped, %.1f s",
+        source,
+        output_dir,
+        counts,
+        len(metadata["classes"]),
+        skipped,
+        time.perf_counter() - started,
+    )
+    return metadata
+
+
+def _store_in_cache(staging: Path, cached: Path) -> None:
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=cached.parent))
+    try:
+        shutil.rmtree(partial)
+        _copy_tree(staging, partial)
+        os.replace(partial, cached)
+    except OSError:  # another process filled the cache first: theirs is as good as ours
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _build(
+    source: str,
+    staging: Path,
+    sha256: str,
+    local: Path | None,
+    subset: int,
+    val_fraction: float,
+    options: SourceOptions,
+) -> dict[str, Any]:
+    data = load(source, options, sha256, local)
+    rng = np.random.default_rng(options.seed)
+    chosen = _select_rows(data.splits, subset, val_fraction, rng)
+    skipped = Counter(data.skipped)
+    bad_images: list[str] = []
+    counts: dict[str, int] = {}
+    class_counts: dict[str, list[int]] = {}
+    files: list[str] = []
+    image_shape: list[int] = []
+    mean = std = [0.0, 0.0, 0.0]
+    total = sum(len(rows) for _, rows in chosen.values())
+    with Progress(total, "prepare: decoding", unit="img") as progress:
+        for name in ("train", "val", "test"):
+            if name not in chosen:
+                continue
+            split, rows = chosen[name]
+            images, kept, bad = split.materialize(rows, progress.update)
+            skipped["bad_images"] += len(bad)
+            bad_images.extend(bad[: MAX_LISTED_BAD_IMAGES - len(bad_images)])
+            if len(kept) == 0:
+                raise AmpbenchError(f"{source}: the {name} split has no usable images")
+            labels = split.labels[kept]
+            files += write_split(staging, name, images, labels, kept)
+            counts[name] = len(kept)
+            class_counts[name] = np.bincount(labels, minlength=len(data.classes)).tolist()
+            image_shape = list(images.shape[1:])
+            if name == "train":
+                mean, std = channel_stats(images)
+    return {
+        "format_version": FORMAT_VERSION,
+        "classes": data.classes,
+        "num_classes": len(data.classes),
+        "image_shape": image_shape,
+        "counts": counts,
+        "class_counts": class_counts,
+        "mean": mean,
+        "std": std,
+        "source": {
+            "spec": source,
+            "kind": data.kind,
+            "description": data.description,
+            "sha256": data.sha256,
+        },
+        "settings": {
+            **{k: v for k, v in asdict(options).items() if k not in ("cache_dir", "limits")},
+            "subset": subset,
+            "val_fraction": val_fraction,
+        },
+        "skipped": dict(skipped),
+        "bad_images": bad_images,
+        "files": files,
+        "ampbench_version": __version__,
+    }

@@ -1,0 +1,85 @@
+"""The data path, airbench-style: the whole split as one uint8 tensor on the device, and
+augmentation, float conversion and normalisation done a batch at a time there.
+
+No DataLoader, no worker processes, no per-image Python: a training batch is one gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from ampbench.dataset_format import SplitTensors
+
+CROP_PADDING = 4
+
+
+def step_generator(device: torch.device, seed: int, epoch: int, step: int) -> torch.Generator:
+    """The random stream of one training step, derived from (seed, epoch, step) alone.
+
+    A run resumed mid-epoch therefore draws exactly the crops and flips the uninterrupted run
+    would have drawn, with no generator state to carry across the restart.
+    """
+    generator = torch.Generator(device=device)
+    generator.manual_seed((seed * 1_000_003 + epoch) * 1_000_003 + step)
+    return generator
+
+
+def epoch_order(count: int, seed: int, epoch: int, device: torch.device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(count, generator=generator).to(device)
+
+
+def random_crop_flip(
+    images: torch.Tensor, generator: torch.Generator, padding: int = CROP_PADDING
+) -> torch.Tensor:
+    """Random crop after zero-padding by `padding`, and a random horizontal flip, per image.
+
+    One gather does both: row indices pick the crop, reversed column indices the flip.
+    """
+    batch, channels, height, width = images.shape
+    device = images.device
+    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
+    offsets = torch.randint(0, 2 * padding + 1, (2, batch), device=device, generator=generator)
+    flip = torch.randint(0, 2, (batch,), device=device, generator=generator).bool()
+    rows = offsets[0, :, None] + torch.arange(height, device=device)
+    cols = offsets[1, :, None] + torch.arange(width, device=device)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    return padded[
+        torch.arange(batch, device=device)[:, None, None, None],
+        torch.arange(channels, device=device)[None, :, None, None],
+        rows[:, None, :, None],
+        cols[:, None, None, :],
+    ]
+
+
+class DeviceSplit:
+    """One split resident on the device, handing out normalised channels_last batches."""
+
+    def __init__(
+        self, split: SplitTensors, device: torch.device, mean: list[float], std: list[float]
+    ) -> None:
+        self.images = split.images.to(device)
+        self.labels = split.labels.to(device)
+        self.device = device
+        self._mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255.0
+        self._std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255.0
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        normalized = (images.float() - self._mean) / self._std
+        return normalized.contiguous(memory_format=torch.channels_last)
+
+    def train_batch(
+        self, rows: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        images = random_crop_flip(self.images[rows], generator)
+        return self.normalize(images), self.labels[rows]
+
+    def eval_batches(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for start in range(0, len(self), batch_size):
+            stop = start + batch_size
+            yield self.normalize(self.images[start:stop]), self.labels[start:stop]

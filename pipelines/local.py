@@ -1,0 +1,103 @@
+"""Run the whole pipeline on this machine with the KFP local runner.
+
+Steps run as subprocesses of this Python (SubprocessRunner(use_venv=False)), one after
+another, so that the arms never share the CPU or GPU while they are timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ampbench.components.compare.report import render_text
+from ampbench.components.prepare.sources import SourceOptions, local_path
+from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
+from ampbench.logs import log
+from ampbench.pipelines.pipeline import build_pipeline
+from ampbench.tracking import safe_tracking_uri, tracking_uri
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    output_dir: Path
+    comparison: dict[str, Any]
+    results_path: Path
+    report_path: Path
+    pipeline_root: Path
+
+
+def default_output_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_source(data: str) -> None:
+    """Fail fast, in this process, on a source that cannot work (missing path, offline
+    download); a download made here lands in the cache where the prepare step finds it."""
+    if data != "synthetic":
+        local_path(data, SourceOptions())
+
+
+def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> LocalRun:
+    """Run the pipeline with `arguments` (pipeline parameters); collect its outputs."""
+    from kfp import local
+
+    check_source(arguments.get("data", "cifar10"))
+    output_dir = (output_dir or default_output_dir()).absolute()
+    if output_dir.exists() and any(output_dir.iterdir()):
+        raise AmpbenchError(f"--output-dir {output_dir}: exists and is not empty")
+    pipeline_root = output_dir / "pipeline-root"
+    pipeline_root.mkdir(parents=True, exist_ok=True)
+    error_file = output_dir / "step-errors.txt"
+    # The steps inherit this environment: one tracking store for all, and a place to leave
+    # a one-line error that this command repeats at the end.
+    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri()
+    os.environ[ERROR_FILE_ENV] = str(error_file)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(pipeline_root),
+        raise_on_error=True,
+    )
+    pipeline = build_pipeline(schedule="sequential")
+    log.info("run: pipeline outputs under %s", pipeline_root)
+    with warnings.catch_warnings():
+        # The local runner warns that it ignores GPU requests and runs our image's code in
+        # this Python rather than in the image: both are what a local run means.
+        warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
+        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner")
+        try:
+            task = pipeline(**arguments)
+        except RuntimeError as error:
+            messages = read_step_errors(error_file)
+            if messages:
+                raise AmpbenchError(messages[-1]) from None
+            raise AmpbenchError(
+                f"the pipeline failed ({error}); the step's log above says why"
+            ) from None
+    comparison_path = Path(task.outputs["comparison"].path)
+    results_path = output_dir / "results.json"
+    report_path = output_dir / "report.md"
+    shutil.copyfile(comparison_path, results_path)
+    shutil.copyfile(task.outputs["report"].path, report_path)
+    comparison = json.loads(results_path.read_text())
+    return LocalRun(output_dir, comparison, results_path, report_path, pipeline_root)
+
+
+def summary_lines(run: LocalRun) -> list[str]:
+    """The RESULTS block and where everything went, as `ampbench run` prints them."""
+    lines = [render_text(run.comparison), ""]
+    lines.append(f"results : {run.results_path}")
+    lines.append(f"report  : {run.report_path}")
+    lines.append(f"pipeline outputs: {run.pipeline_root}")
+    mlflow_info = run.comparison.get("mlflow")
+    if mlflow_info:
+        lines.append(
+            f"MLflow  : {safe_tracking_uri()} (experiment '{mlflow_info['experiment']}', "
+            f"parent run {mlflow_info['parent_run_id']}); browse with `ampbench ui`"
+        )
+    return lines
