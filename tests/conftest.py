@@ -1,0 +1,66 @@
+"""Shared fixtures: the real CIFAR-10 archive, isolated caches and tracking stores, and small
+prepared datasets reused across tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CIFAR_ARCHIVE_ENV = "AMPBENCH_CIFAR10_ARCHIVE"
+DEFAULT_CIFAR_ARCHIVE = REPO.parent / "shared" / "datasets" / "cifar10-jpeg.tar.gz"
+IN_CI = os.environ.get("CI") == "true"
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when a test's prerequisite is missing, except under CI, where that is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def cifar_archive() -> Path:
+    path = Path(os.environ.get(CIFAR_ARCHIVE_ENV, DEFAULT_CIFAR_ARCHIVE))
+    require(path.is_file(), f"the CIFAR-10 archive is not at {path} (set {CIFAR_ARCHIVE_ENV})")
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Caches and the default MLflow store in a temporary directory, never the user's."""
+    root = tmp_path_factory.mktemp("env")
+    saved = {key: os.environ.get(key) for key in ("XDG_CACHE_HOME", "MLFLOW_TRACKING_URI")}
+    os.environ["XDG_CACHE_HOME"] = str(root / "cache")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def synthetic_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Prepared `synthetic` data: 1,000 images per split."""
+    from ampbench.components.prepare import prepare_dataset
+
+    out = tmp_path_factory.mktemp("datasets") / "synthetic"
+    prepare_dataset("synthetic", out, subset=1000)
+    return out
+
+
+@pytest.fixture(scope="session")
+def cifar_subset(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> Path:
+    """Prepared real CIFAR-10: 500 training and 500 test images."""
+    from ampbench.components.prepare import prepare_dataset
+
+    out = tmp_path_factory.mktemp("datasets") / "cifar"
+    prepare_dataset(str(cifar_archive), out, subset=500)
+    return out
