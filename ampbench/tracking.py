@@ -11,6 +11,7 @@ overrides it (an http(s):// server, for example).
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -214,12 +215,19 @@ def open_parent_run(
     return run.info.run_id
 
 
-def finish_parent_run(run_id: str, artifacts: list[Path], metrics: Mapping[str, float]) -> None:
+def finish_parent_run(
+    run_id: str, artifacts: Mapping[str, Path], metrics: Mapping[str, float]
+) -> None:
+    """Log the headline metrics and the artifacts (saved under the given names); end the run."""
+    import tempfile
+
     from mlflow.entities import Metric
 
     client = _client()
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
-    for path in artifacts:
-        client.log_artifact(run_id, str(path))
+    with tempfile.TemporaryDirectory() as staging:
+        for name, path in artifacts.items():
+            shutil.copyfile(path, Path(staging) / name)
+        client.log_artifacts(run_id, staging)
     client.set_terminated(run_id, "FINISHED")

@@ -1,0 +1,144 @@
+"""The command line: every subcommand explains itself; a user's mistake is one line, exit 1."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampbench.cli import main
+from ampbench.components.prepare import sources as sources_module
+
+COMMANDS = ["run", "compile", "prepare", "train", "compare", "ui"]
+
+
+def ampbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ampbench.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, None])
+def test_every_command_has_help(command: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"] if command else ["--help"])
+    assert exited.value.code == 0
+    assert "usage: ampbench" in capsys.readouterr().out
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("ampbench: error:")]
+    assert len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err + captured.out
+    assert "RESULTS" not in captured.out
+    return lines[0]
+
+
+def test_run_with_a_missing_data_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    line = one_line_error(
+        capsys, ["run", "--data", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "o")]
+    )
+    assert "nope: no such file or directory" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_default_run_offline_stops_at_the_download(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(
+        sources_module.DOWNLOADS, "cifar10", ("http://127.0.0.1:9/cifar-10-python.tar.gz", "0")
+    )
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(capsys, ["run"])
+    assert "cifar10: cannot download" in line and "local copy" in line
+
+
+def test_train_on_something_that_is_not_a_dataset(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    line = one_line_error(
+        capsys,
+        [
+            "train",
+            "--dataset",
+            str(tmp_path),
+            "--precision",
+            "fp32",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert "not a prepared dataset" in line
+
+
+def test_impossible_precision_on_cpu(
+    capsys: pytest.CaptureFixture[str], synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    line = one_line_error(
+        capsys,
+        [
+            "train",
+            "--dataset",
+            str(synthetic_dataset),
+            "--precision",
+            "fp16",
+            "--device",
+            "cpu",
+            "--output-dir",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert "fp16 needs a CUDA GPU" in line
+
+
+def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, expected in (
+        (["run", "--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
+        (["run", "--subset", "many"], "argument --subset: 'many' is not a whole number"),
+        (["run", "--seeds", "1,1"], "distinct seeds"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert expected in err and "Traceback" not in err
+    line = one_line_error(capsys, ["run", "--model", "vgg", "--data", "synthetic"])
+    assert "--model: 'vgg' is not one of" in line
+
+
+def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    done = ampbench("prepare", "--data", "synthetic", "--subset", "100", "--output-dir", str(data))
+    assert done.returncode == 0, done.stderr
+    assert "train 100, test 100" in done.stdout
+    for precision in ("fp32", "bf16"):
+        done = ampbench(
+            "train", "--dataset", str(data), "--precision", precision, "--model", "small-cnn",
+            "--epochs", "1", "--batch-size", "50", "--no-tracking",
+            "--output-dir", str(tmp_path / precision),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / precision / "results.json").is_file()
+        assert (tmp_path / precision / "model.pt").is_file()
+    done = ampbench(
+        "compare", "--baseline", str(tmp_path / "fp32" / "results.json"),
+        "--amp", str(tmp_path / "bf16" / "results.json"), "--output-dir", str(tmp_path / "cmp"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "===== RESULTS =====" in done.stdout
+    assert "Speedup (fp32 time / bf16 time)" in done.stdout
+    assert (tmp_path / "cmp" / "report.md").is_file()
+
+
+def test_compile_writes_yaml(tmp_path: Path) -> None:
+    done = ampbench("compile", "-o", str(tmp_path / "p.yaml"), "--image", "example/ampbench:1")
+    assert done.returncode == 0, done.stderr
+    assert "example/ampbench:1" in (tmp_path / "p.yaml").read_text()

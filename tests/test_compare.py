@@ -1,0 +1,138 @@
+"""The compare step: the RESULTS block, the ratios, the statistics over seeds, the gate."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampbench.components.compare.report import (
+    PUBLISHED,
+    compare_arms,
+    render_markdown,
+    render_text,
+    results_block,
+)
+from ampbench.components.compare.stats import estimate
+from ampbench.components.compare.step import run_comparison
+from ampbench.errors import AmpbenchError
+
+PUBLISHED_BLOCK = """===== RESULTS =====
+FP32 Accuracy: 0.7114
+FP32 Memory : 3219.65 MB
+FP32 Time   : 309.41 sec
+
+Mixed Accuracy: 0.6969
+Mixed Memory  : 1916.57 MB
+Mixed Time    : 252.56 sec"""
+
+
+def arm_result(
+    precision: str, seed: int, accuracy: float, memory: float, time_s: float
+) -> dict[str, Any]:
+    return {
+        "precision": precision,
+        "resolved_precision": "bf16" if precision == "amp" else precision,
+        "autocast_dtype": "bfloat16" if precision == "amp" else None,
+        "device": "cpu",
+        "device_name": "test cpu",
+        "model": "small-cnn",
+        "memory_kind": "cpu_peak_rss_growth",
+        "hyperparameters": {"seed": seed},
+        "accuracy": accuracy,
+        "peak_memory_mb": memory,
+        "train_time_s": time_s,
+        "throughput_img_s": 1000.0 / time_s,
+        "epochs": [{"epoch": 1, "train_loss": 1.0 + seed, "test_accuracy": accuracy}],
+    }
+
+
+def test_results_block_matches_the_published_layout() -> None:
+    assert results_block(PUBLISHED["fp32"], PUBLISHED["amp"]) == PUBLISHED_BLOCK
+
+
+def test_single_seed_ratios_follow_from_the_arms() -> None:
+    comparison = compare_arms(
+        {
+            "fp32": [arm_result("fp32", 0, 0.70, 3000.0, 300.0)],
+            "amp": [arm_result("amp", 0, 0.68, 1500.0, 120.0)],
+        }
+    )
+    assert comparison["speedup"] == pytest.approx(2.5)
+    assert comparison["memory_ratio"] == pytest.approx(0.5)
+    assert comparison["accuracy_delta_pp"] == pytest.approx(-2.0)
+    assert comparison["runs"]["fp32"]["accuracy"] == 0.70
+    assert comparison["runs"]["amp"]["train_time_s"] == 120.0
+    text = render_text(comparison)
+    assert "FP32 Time   : 300.00 sec" in text
+    assert "Mixed Memory  : 1500.00 MB" in text
+    assert "Speedup (fp32 time / amp time): 2.50x" in text
+    assert "Accuracy delta (amp - fp32): -2.00 pp" in text
+
+
+def test_student_t_interval_matches_hand_computation() -> None:
+    result = estimate([1.0, 2.0, 3.0])
+    # mean 2, sample sd 1, t(0.975, df=2) = 4.302653; half-width = 4.302653 / sqrt(3)
+    assert result.mean == pytest.approx(2.0)
+    assert result.ci95 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    assert estimate([5.0]).ci95 is None
+
+
+def test_several_seeds_give_means_and_paired_intervals() -> None:
+    fp32 = [arm_result("fp32", s, 0.70 + 0.01 * s, 3000.0, 300.0 + 10 * s) for s in range(3)]
+    amp = [arm_result("amp", s, 0.69 + 0.01 * s, 1500.0, 100.0 + 10 * s) for s in range(3)]
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    assert comparison["runs"]["fp32"]["train_time_s"] == pytest.approx(310.0)
+    assert comparison["runs"]["amp"]["seeds"] == [0, 1, 2]
+    assert comparison["speedup"] == pytest.approx(310.0 / 110.0)
+    per_seed = [300 / 100, 310 / 110, 320 / 120]
+    expected = estimate(per_seed)
+    ci = comparison["comparisons"]["amp"]["ci95"]["speedup"]
+    assert ci["mean"] == pytest.approx(expected.mean)
+    assert ci["ci95_half_width"] == pytest.approx(expected.ci95)
+    assert comparison["comparisons"]["amp"]["per_seed"]["accuracy_delta_pp"] == pytest.approx(
+        [-1.0, -1.0, -1.0]
+    )
+    assert "±" in render_markdown(comparison)
+
+
+def test_missing_baseline_and_unpaired_seeds_are_errors() -> None:
+    with pytest.raises(AmpbenchError, match="baseline arm 'fp32'"):
+        compare_arms({"amp": [arm_result("amp", 0, 0.7, 1.0, 1.0)]})
+    with pytest.raises(AmpbenchError, match="no seed in common"):
+        compare_arms(
+            {
+                "fp32": [arm_result("fp32", 0, 0.7, 1.0, 1.0)],
+                "amp": [arm_result("amp", 1, 0.7, 1.0, 1.0)],
+            }
+        )
+
+
+def _write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
+    fp32 = _write(tmp_path / "fp32.json", arm_result("fp32", 0, 0.70, 3000.0, 300.0))
+    amp = _write(tmp_path / "amp.json", arm_result("amp", 0, 0.65, 1500.0, 100.0))
+    out_json, out_md = tmp_path / "out" / "results.json", tmp_path / "out" / "report.md"
+    comparison = run_comparison({"fp32": [fp32], "amp": [amp]}, out_json, out_md)
+    assert json.loads(out_json.read_text())["speedup"] == pytest.approx(3.0)
+    assert "===== RESULTS =====" in out_md.read_text()
+    assert comparison["accuracy_delta_pp"] == pytest.approx(-5.0)
+    run_comparison({"fp32": [fp32], "amp": [amp]}, out_json, out_md, max_accuracy_drop_pp=6.0)
+    with pytest.raises(AmpbenchError, match=r"lost 5\.00 pp"):
+        run_comparison({"fp32": [fp32], "amp": [amp]}, out_json, out_md, max_accuracy_drop_pp=1.0)
+    # The gate fails after the outputs are written, so that the evidence is kept.
+    assert out_json.is_file()
+
+
+def test_unreadable_results_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(AmpbenchError, match=r"bad\.json"):
+        run_comparison({"fp32": [bad], "amp": [bad]}, tmp_path / "r.json", tmp_path / "r.md")

@@ -1,0 +1,78 @@
+"""Each KFP component under the KFP local runner (SubprocessRunner, this Python)."""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from kfp import dsl, local
+
+from ampbench.components.prepare.component import prepare
+from ampbench.components.train.component import train
+from ampbench.pipelines.pipeline import build_pipeline
+
+
+@pytest.fixture()
+def local_runner(tmp_path: Path) -> Path:
+    root = tmp_path / "pipeline-root"
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
+    warnings.filterwarnings("ignore", message=".*have no effect in the current local runner")
+    return root
+
+
+def test_prepare_component(local_runner: Path) -> None:
+    task = prepare(data="synthetic", subset=50)
+    dataset = task.outputs["dataset"]
+    metadata = json.loads((Path(dataset.path) / "metadata.json").read_text())
+    assert metadata["counts"] == {"train": 50, "test": 50}
+    assert dataset.metadata["counts"] == {"train": 50, "test": 50}
+
+
+def test_prepare_component_fails_cleanly_on_bad_input(local_runner: Path) -> None:
+    with pytest.raises(RuntimeError, match="FAILURE"):
+        prepare(data="/no/such/dataset")
+
+
+def test_train_component(local_runner: Path) -> None:
+    @dsl.pipeline
+    def one_arm() -> dsl.Metrics:
+        data = prepare(data="synthetic", subset=200)
+        return train(
+            dataset=data.outputs["dataset"],
+            precision="bf16",
+            epochs=1,
+            batch_size=50,
+            model_name="small-cnn",
+            tracking=False,
+        ).outputs["metrics"]
+
+    metrics = one_arm().output
+    assert metrics.metadata["train_time_s"] > 0
+    assert 0 <= metrics.metadata["accuracy"] <= 1
+    run_dir = next(local_runner.iterdir())
+    results = json.loads(next(p for p in run_dir.rglob("results") if p.is_file()).read_text())
+    assert results["resolved_precision"] == "bf16"
+    assert results["accuracy"] == metrics.metadata["accuracy"]
+    state = torch.load(next(p for p in run_dir.rglob("model") if p.is_file()), weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+def test_compare_component_in_the_pipeline_over_two_seeds(local_runner: Path) -> None:
+    pipeline = build_pipeline(schedule="sequential")
+    task = pipeline(
+        data="synthetic",
+        subset=200,
+        epochs=1,
+        batch_size=50,
+        seeds=[0, 1],
+        model_name="small-cnn",
+        tracking=False,
+    )
+    comparison = json.loads(Path(task.outputs["comparison"].path).read_text())
+    assert comparison["runs"]["fp32"]["seeds"] == [0, 1]
+    assert comparison["runs"]["amp"]["accuracy_ci95"]["n"] == 2
+    assert comparison["comparisons"]["amp"]["ci95"]["speedup"]["ci95_half_width"] is not None
+    report = Path(task.outputs["report"].path).read_text()
+    assert "===== RESULTS =====" in report and "±" in report

@@ -1,0 +1,263 @@
+"""The prepare step: every source kind, subsets and splits, the cache, the reader's round trip."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from datagen import make_cifar_python_tarball, make_image_folder, make_tar
+from PIL import Image
+
+from ampbench.components.prepare import SourceOptions, prepare_dataset
+from ampbench.components.prepare import sources as sources_module
+from ampbench.dataset_format import read_metadata, read_split
+from ampbench.errors import AmpbenchError
+
+CIFAR_CLASSES = [
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"
+]  # fmt: skip
+
+
+def options(tmp_path: Path, **overrides: object) -> SourceOptions:
+    return SourceOptions(cache_dir=tmp_path / "cache", **overrides)  # type: ignore[arg-type]
+
+
+def assert_round_trip(dataset: Path, split: str, expected: list[tuple[str, np.ndarray]]) -> None:
+    """Pixels and labels read back equal the source images, matched by the index column."""
+    metadata = read_metadata(dataset)
+    tensors = read_split(dataset, split)
+    assert tensors.images.shape[1:] == (3, *expected[0][1].shape[:2])
+    assert tensors.images.is_contiguous(memory_format=torch.channels_last)
+    for row in range(len(tensors)):
+        name, pixels = expected[int(tensors.indices[row])]
+        assert metadata["classes"][int(tensors.labels[row])] == name
+        assert np.array_equal(tensors.images[row].permute(1, 2, 0).numpy(), pixels)
+
+
+def test_synthetic_is_learnable_shaped_data(tmp_path: Path) -> None:
+    metadata = prepare_dataset("synthetic", tmp_path / "out", subset=200, options=options(tmp_path))
+    assert metadata["counts"] == {"train": 200, "test": 200}
+    assert metadata["class_counts"]["train"] == [20] * 10
+    assert metadata["image_shape"] == [32, 32, 3]
+    assert metadata["source"]["kind"] == "synthetic"
+    assert len(metadata["mean"]) == 3 and all(0 < s < 1 for s in metadata["std"])
+
+
+def test_cifar10_archive_subset_is_stratified_and_seeded(
+    tmp_path: Path, cifar_archive: Path
+) -> None:
+    first = prepare_dataset(
+        str(cifar_archive), tmp_path / "a", subset=100, options=options(tmp_path)
+    )
+    assert first["classes"] == CIFAR_CLASSES
+    assert first["counts"] == {"train": 100, "test": 100}
+    assert first["class_counts"]["train"] == [10] * 10
+    assert first["source"]["kind"] == "imagefolder-archive"
+    assert len(first["source"]["sha256"]) == 64
+    again = prepare_dataset(
+        str(cifar_archive), tmp_path / "b", subset=100, options=options(tmp_path), use_cache=False
+    )
+    other = prepare_dataset(
+        str(cifar_archive), tmp_path / "c", subset=100, options=options(tmp_path, seed=1)
+    )
+    rows = {name: read_split(tmp_path / name, "train").indices for name in "abc"}
+    assert torch.equal(rows["a"], rows["b"])
+    assert not torch.equal(rows["a"], rows["c"])
+    assert again["mean"] == first["mean"] and other["counts"] == first["counts"]
+
+
+def test_png_tree_round_trips_exactly(tmp_path: Path) -> None:
+    written = make_image_folder(tmp_path / "tree", ["cat", "dog", "emu"], {"train": 4, "test": 2})
+    metadata = prepare_dataset(str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path))
+    assert metadata["classes"] == ["cat", "dog", "emu"]
+    assert metadata["counts"] == {"train": 12, "test": 6}
+    assert metadata["source"]["kind"] == "imagefolder-dir"
+    assert_round_trip(tmp_path / "out", "train", written["train"])
+    assert_round_trip(tmp_path / "out", "test", written["test"])
+
+
+def test_grayscale_rgba_and_other_sizes_become_rgb(tmp_path: Path) -> None:
+    gray = make_image_folder(
+        tmp_path / "gray", ["a", "b"], {"train": 3, "test": 1}, size=(24, 16), mode="L"
+    )
+    prepare_dataset(str(tmp_path / "gray"), tmp_path / "g", options=options(tmp_path))
+    assert read_metadata(tmp_path / "g")["image_shape"] == [16, 24, 3]
+    assert_round_trip(tmp_path / "g", "train", gray["train"])
+    rgba = make_image_folder(tmp_path / "rgba", ["a", "b"], {"train": 2, "test": 1}, mode="RGBA")
+    prepare_dataset(str(tmp_path / "rgba"), tmp_path / "r", options=options(tmp_path))
+    assert_round_trip(tmp_path / "r", "train", rgba["train"])
+
+
+def test_sizes_that_differ_need_image_size(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    Image.new("RGB", (40, 20)).save(tmp_path / "tree" / "train" / "a" / "big.png")
+    with pytest.raises(AmpbenchError, match=r"images differ in size.*--image-size"):
+        prepare_dataset(str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path))
+    assert not (tmp_path / "out").exists()
+    metadata = prepare_dataset(
+        str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path, image_size=16)
+    )
+    assert metadata["image_shape"] == [16, 16, 3]
+    assert metadata["counts"]["train"] == 5
+
+
+def test_single_class_tree_is_split_by_test_fraction(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "flat", ["x", "y", "z", "w"], {"all": 10})
+    for class_dir in (tmp_path / "flat" / "all").iterdir():
+        shutil.move(class_dir, tmp_path / "flat" / class_dir.name)
+    (tmp_path / "flat" / "all").rmdir()
+    metadata = prepare_dataset(
+        str(tmp_path / "flat"), tmp_path / "out", options=options(tmp_path, test_fraction=0.3)
+    )
+    assert metadata["classes"] == ["w", "x", "y", "z"]
+    assert metadata["counts"] == {"train": 28, "test": 12}
+    assert metadata["class_counts"]["test"] == [3, 3, 3, 3]
+
+
+def test_val_fraction_carves_a_stratified_split(tmp_path: Path) -> None:
+    metadata = prepare_dataset(
+        "synthetic", tmp_path / "out", subset=500, val_fraction=0.2, options=options(tmp_path)
+    )
+    assert metadata["counts"] == {"train": 400, "val": 100, "test": 500}
+    assert metadata["class_counts"]["val"] == [10] * 10
+    train_rows = set(read_split(tmp_path / "out", "train").indices.tolist())
+    val_rows = set(read_split(tmp_path / "out", "val").indices.tolist())
+    assert not train_rows & val_rows
+
+
+def test_own_val_folder_is_kept(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 3, "val": 2, "test": 1})
+    metadata = prepare_dataset(str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path))
+    assert metadata["counts"] == {"train": 6, "val": 4, "test": 2}
+
+
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz", ".tgz", ".zip"])
+def test_archives_of_every_kind(tmp_path: Path, suffix: str) -> None:
+    written = make_image_folder(
+        tmp_path / "data" / "mine", ["a", "b"], {"train": 2, "test": 1}, fmt="JPEG"
+    )
+    archive = tmp_path / f"mine{suffix}"
+    if suffix == ".zip":
+        with zipfile.ZipFile(archive, "w") as zf:
+            for file in sorted((tmp_path / "data").rglob("*")):
+                zf.write(file, file.relative_to(tmp_path / "data").as_posix())
+    else:
+        with tarfile.open(archive, "w:gz" if "gz" in suffix else "w") as tf:
+            tf.add(tmp_path / "data" / "mine", arcname="mine")
+    metadata = prepare_dataset(str(archive), tmp_path / "out", options=options(tmp_path))
+    assert metadata["counts"] == {"train": 4, "test": 2}
+    labels = read_split(tmp_path / "out", "train").labels.tolist()
+    assert labels == [0, 0, 1, 1]
+    assert len(written["train"]) == 4
+
+
+@pytest.mark.parametrize("variant", ["cifar10", "cifar100"])
+def test_cifar_python_tarball(tmp_path: Path, variant: str) -> None:
+    expected = make_cifar_python_tarball(tmp_path / f"{variant}.tar.gz", variant)
+    metadata = prepare_dataset(
+        str(tmp_path / f"{variant}.tar.gz"), tmp_path / "out", options=options(tmp_path)
+    )
+    assert metadata["source"]["kind"] == f"{variant}-python"
+    assert len(metadata["classes"]) == (10 if variant == "cifar10" else 100)
+    for split in ("train", "test"):
+        images, labels = expected[split]
+        tensors = read_split(tmp_path / "out", split)
+        order = tensors.indices.numpy()
+        assert np.array_equal(tensors.labels.numpy(), labels[order])
+        assert np.array_equal(tensors.images.permute(0, 2, 3, 1).numpy(), images[order])
+
+
+def test_non_images_are_skipped_and_counted(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    (tmp_path / "tree" / "README.txt").write_text("about this data")
+    (tmp_path / "tree" / "train" / "a" / ".DS_Store").write_bytes(b"\0\0")
+    (tmp_path / "tree" / "train" / "b" / "notes.md").write_text("notes")
+    metadata = prepare_dataset(str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path))
+    assert metadata["counts"] == {"train": 4, "test": 2}
+    assert metadata["skipped"] == {
+        "hidden_files": 1,
+        "files_outside_class_folders": 1,
+        "non_image_files": 1,
+        "bad_images": 0,
+    }
+
+
+def test_same_source_and_options_again_is_a_cache_hit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 3, "test": 1})
+    first = prepare_dataset(str(tmp_path / "tree"), tmp_path / "one", options=options(tmp_path))
+    caplog.set_level(logging.INFO, logger="ampbench")
+    logging.getLogger("ampbench").propagate = True
+    try:
+        second = prepare_dataset(
+            str(tmp_path / "tree"), tmp_path / "two", options=options(tmp_path)
+        )
+        assert "cache hit" in caplog.text
+        assert second == first
+        caplog.clear()
+        prepare_dataset(
+            str(tmp_path / "tree"), tmp_path / "three", subset=2, options=options(tmp_path)
+        )
+        assert "cache hit" not in caplog.text
+        # Changed content is a different source: no hit either.
+        Image.new("RGB", (32, 32), "red").save(tmp_path / "tree" / "train" / "a" / "new.png")
+        caplog.clear()
+        prepare_dataset(str(tmp_path / "tree"), tmp_path / "four", options=options(tmp_path))
+        assert "cache hit" not in caplog.text
+    finally:
+        logging.getLogger("ampbench").propagate = False
+
+
+def test_cifar10_download_offline_fails_with_a_suggestion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A closed local port stands in for "no network", also on machines that have one.
+    monkeypatch.setitem(
+        sources_module.DOWNLOADS, "cifar10", ("http://127.0.0.1:9/cifar-10-python.tar.gz", "0")
+    )
+    with pytest.raises(AmpbenchError) as raised:
+        prepare_dataset("cifar10", tmp_path / "out", options=options(tmp_path))
+    message = str(raised.value)
+    assert "cifar10: cannot download" in message
+    assert "pass a local copy" in message and "--data" in message
+    assert "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_path_and_unknown_file_kind(tmp_path: Path) -> None:
+    with pytest.raises(AmpbenchError, match="no such file or directory"):
+        prepare_dataset(str(tmp_path / "nope"), tmp_path / "out", options=options(tmp_path))
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(AmpbenchError, match=r"not a directory or a \.tar"):
+        prepare_dataset(str(tmp_path / "data.csv"), tmp_path / "out", options=options(tmp_path))
+
+
+def test_output_over_an_unrelated_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("keep me")
+    with pytest.raises(AmpbenchError, match="not a prepared dataset"):
+        prepare_dataset("synthetic", tmp_path / "out", subset=20, options=options(tmp_path))
+    assert (tmp_path / "out" / "mine.txt").read_text() == "keep me"
+    # An earlier prepared dataset is replaced, and nothing else is left behind.
+    prepare_dataset("synthetic", tmp_path / "ds", subset=20, options=options(tmp_path))
+    prepare_dataset("synthetic", tmp_path / "ds", subset=30, options=options(tmp_path))
+    assert json.loads((tmp_path / "ds" / "metadata.json").read_text())["counts"]["train"] == 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "ds", "out"]
+
+
+def test_archive_of_the_tree_equals_the_tree(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 3, "test": 2})
+    make_tar(tmp_path / "tree.tar.gz", tmp_path / "tree")
+    prepare_dataset(str(tmp_path / "tree"), tmp_path / "dir", options=options(tmp_path))
+    prepare_dataset(str(tmp_path / "tree.tar.gz"), tmp_path / "tgz", options=options(tmp_path))
+    for split in ("train", "test"):
+        a, b = read_split(tmp_path / "dir", split), read_split(tmp_path / "tgz", split)
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels)
