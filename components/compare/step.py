@@ -80,7 +80,9 @@ def run_comparison(
             if comparison.get(key) is not None
         }
         finish_parent_run(
-            comparison["mlflow"]["parent_run_id"], [comparison_path, report_path], headline
+            comparison["mlflow"]["parent_run_id"],
+            {"results.json": comparison_path, "report.md": report_path},
+            headline,
         )
     log.info("compare: wrote %s and %s", comparison_path, report_path)
     if max_accuracy_drop_pp is not None:
