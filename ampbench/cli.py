@@ -12,6 +12,7 @@ from pathlib import Path
 from ampbench import DEFAULT_IMAGE, __version__
 from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
+from ampbench.pipelines.submit import add_commands as _add_kfp
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -340,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ampbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for add in (_add_run, _add_compile, _add_prepare, _add_train, _add_compare, _add_ui):
+    for add in (_add_run, _add_compile, _add_kfp, _add_prepare, _add_train, _add_compare, _add_ui):
         add(commands)
     return parser
 
