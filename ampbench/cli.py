@@ -87,8 +87,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ampbench.components.train.models import MODELS
-    from ampbench.components.train.precision import PRECISIONS
+    from ampbench.components.train import MODELS, PRECISIONS
     from ampbench.pipelines.local import run_local, summary_lines
 
     for option, value, allowed in (
@@ -205,8 +204,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 # -- train --------------------------------------------------------------------------------------
 def _add_train(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train.models import MODELS
-    from ampbench.components.train.precision import PRECISIONS
+    from ampbench.components.train import MODELS, PRECISIONS
 
     parser = commands.add_parser(
         "train",

@@ -12,7 +12,7 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ampbench.errors import AmpbenchError
 
@@ -41,10 +41,10 @@ def _checked_name(source: str, name: str) -> str:
     posix = name.replace("\\", "/")
     if posix.startswith("/") or (len(posix) > 1 and posix[1] == ":"):
         raise AmpbenchError(f"{source}: archive member '{name}' has an absolute path; refused")
-    parts = PurePosixPath(posix).parts
+    parts = [part for part in posix.split("/") if part not in ("", ".")]
     if ".." in parts:
         raise AmpbenchError(f"{source}: archive member '{name}' points outside the archive (..)")
-    return "/".join(part for part in parts if part not in ("", "."))
+    return "/".join(parts)
 
 
 class _Budget:

@@ -14,7 +14,7 @@ import urllib.error
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -163,7 +163,14 @@ def _download(name: str, cache_dir: Path) -> Path:
 
 
 def _is_hidden(name: str) -> bool:
-    return any(part.startswith(".") or part == "__MACOSX" for part in PurePosixPath(name).parts)
+    return any(part.startswith(".") or part == "__MACOSX" for part in name.split("/"))
+
+
+def _suffix(name: str) -> str:
+    """The lower-case extension of a POSIX path's last part ('' if none), as pathlib has it."""
+    base = name.rsplit("/", 1)[-1]
+    dot = base.rfind(".")
+    return base[dot:].lower() if dot > 0 else ""
 
 
 def _strip_common_root(paths: Iterable[str]) -> str:
@@ -222,7 +229,7 @@ def _image_folder(
         if split is None or "/" not in rest:
             skipped["files_outside_class_folders"] += 1
             continue
-        if PurePosixPath(name).suffix.lower() not in IMAGE_EXTENSIONS:
+        if _suffix(name) not in IMAGE_EXTENSIONS:
             skipped["non_image_files"] += 1
             continue
         per_split[split].setdefault(rest.split("/", 1)[0], []).append((name, data))

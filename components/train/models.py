@@ -6,9 +6,8 @@ import torch
 import torchvision
 from torch import nn
 
+from ampbench.components.train import MODELS
 from ampbench.errors import AmpbenchError
-
-MODELS = ("resnet18", "resnet18-imagenet", "small-cnn")
 
 
 def _conv_block(c_in: int, c_out: int) -> nn.Sequential:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ampbench.components.train import PRECISIONS
 from ampbench.errors import AmpbenchError
-
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 
 
 @dataclass(frozen=True)
