@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -67,6 +67,7 @@ def _transfer_config() -> Any:
 
 def describe_error(uri: str, error: Exception) -> AmpbenchError:
     """One line for a failed S3 call: the URI and what the service said, no credentials."""
+    from boto3.exceptions import RetriesExceededError, S3UploadFailedError
     from botocore.exceptions import (
         ClientError,
         EndpointConnectionError,
@@ -74,6 +75,11 @@ def describe_error(uri: str, error: Exception) -> AmpbenchError:
         ParamValidationError,
     )
 
+    # boto3's transfers (upload_file, download_file) wrap what the service said.
+    if isinstance(error, S3UploadFailedError) and isinstance(error.__context__, Exception):
+        return describe_error(uri, error.__context__)
+    if isinstance(error, RetriesExceededError) and isinstance(error.last_exception, Exception):
+        return describe_error(uri, error.last_exception)
     if isinstance(error, ClientError):
         code = error.response.get("Error", {}).get("Code", "Unknown")
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -100,11 +106,12 @@ def describe_error(uri: str, error: Exception) -> AmpbenchError:
 
 
 def _s3_call(uri: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    from boto3.exceptions import Boto3Error
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         return fn(*args, **kwargs)
-    except (ClientError, BotoCoreError) as error:
+    except (ClientError, BotoCoreError, Boto3Error) as error:
         raise describe_error(uri, error) from None
 
 
@@ -165,19 +172,29 @@ def fetch_tree(uri: str, cache_dir: Path) -> tuple[Path, bool]:
     target = _cache_root(cache_dir) / digest / "tree"
     if target.is_dir():
         return target, True
-    staging = Path(tempfile.mkdtemp(dir=target.parent.parent if target.parent.exists() else None))
+    wanted = []
+    for key, _, _ in listing:
+        relative = key[len(prefix) :]
+        if not relative or relative.endswith("/"):
+            continue
+        # "prefix//etc/x" leaves an absolute path, which `staging / relative` would obey.
+        if relative.startswith("/") or ".." in PurePosixPath(relative).parts:
+            raise AmpbenchError(f"{uri}: object key '{key}' points outside the prefix")
+        wanted.append((key, relative))
+    # Staged next to the target: the final rename must not cross filesystems.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
     try:
-        for key, _, _ in listing:
-            relative = key[len(prefix) :]
-            if not relative or relative.endswith("/"):
-                continue
-            if ".." in Path(relative).parts:
-                raise AmpbenchError(f"{uri}: object key '{key}' points outside the prefix")
+        for key, relative in wanted:
             local = staging / relative
             local.parent.mkdir(parents=True, exist_ok=True)
             _s3_call(uri, client().download_file, bucket, key, str(local))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging, target)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            return target, True  # another process fetched the same tree meanwhile
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target, False

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# Real services (Ceph RGW, MLflow servers): fixtures rgw, mlflow_server, mlflow_server_direct.
+pytest_plugins = ["services"]
+
 REPO = Path(__file__).resolve().parent.parent
 CIFAR_ARCHIVE_ENV = "AMPBENCH_CIFAR10_ARCHIVE"
 DEFAULT_CIFAR_ARCHIVE = REPO.parent / "shared" / "datasets" / "cifar10-jpeg.tar.gz"
