@@ -66,6 +66,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     resume: bool = False
     max_skipped_steps: int = 50
+    initial_loss_scale: float = 2.0**16  # GradScaler's default
 
     def validate(self) -> None:
         positive = {
@@ -323,7 +324,11 @@ class Trainer:
         )
         self.schedule = OneCycle(self.steps_per_epoch * config.epochs, config.warmup_fraction)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision.grad_scaler)
+        self.scaler = torch.amp.GradScaler(
+            self.device.type,
+            init_scale=config.initial_loss_scale,
+            enabled=self.precision.grad_scaler,
+        )
         self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
         self.state = LoopState()
         self.counters = DeviceCounters.zeros(self.device)
