@@ -1,14 +1,17 @@
 """The DAG: prepare -> train(baseline) || train(amp), for each seed -> compare.
 
-The pipeline is built by a function so that the component image and the schedule are chosen
-when it is compiled (`ampbench compile --image ...`), not when this module is imported.
+The pipeline is built by a function so that the component image, the schedule and the task
+timeout are chosen when it is compiled (`ampbench compile --image ...`), not when this module
+is imported. Everything a cluster administrator tunes per run (GPU kind and count, node
+selector, CPU and memory, the Secret and ConfigMap the pods read) is a pipeline parameter.
 """
 
 from typing import NamedTuple
 
-from kfp import dsl
+from kfp import dsl, kubernetes
 from kfp.dsl.base_component import BaseComponent
 from kfp.dsl.graph_component import GraphComponent
+from kfp.dsl.pipeline_channel import PipelineParameterChannel
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.compare.component import compare
@@ -17,11 +20,28 @@ from ampbench.components.train.component import train
 
 PIPELINE_NAME = "ampbench"
 SCHEDULES = ("parallel", "sequential")
+DEFAULT_TRAIN_TIMEOUT_S = 6 * 3600
+TRAIN_RETRIES = 2
+# What the pods read from the ConfigMap (endpoints) and the Secret (keys) that
+# manifests/ creates; names overridable per run. Nothing of it is a literal in the YAML.
+CONFIG_MAP_KEYS = (
+    "MLFLOW_TRACKING_URI",
+    "AWS_ENDPOINT_URL",
+    "MLFLOW_S3_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+    "AWS_REQUEST_CHECKSUM_CALCULATION",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION",
+)
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 class PipelineOutputs(NamedTuple):
+    """The compare step's outputs, by the names the compare component gives them."""
+
     comparison: dsl.Artifact
     report: dsl.Markdown
+    report_html: dsl.HTML
+    plots: dsl.Artifact
 
 
 def with_image(component: BaseComponent, image: str) -> BaseComponent:
@@ -29,12 +49,28 @@ def with_image(component: BaseComponent, image: str) -> BaseComponent:
     return dsl.component(component.python_func, base_image=image, install_kfp_package=False)
 
 
-def build_pipeline(image: str = DEFAULT_IMAGE, schedule: str = "parallel") -> GraphComponent:
+def use_cluster_settings(
+    task: dsl.PipelineTask, config_map: PipelineParameterChannel, secret: PipelineParameterChannel
+) -> None:
+    """Endpoints from the ConfigMap, S3 keys from the Secret (both optional: a local runner or a
+    cluster with other means of configuration has neither)."""
+    kubernetes.use_config_map_as_env(
+        task, config_map, {key: key for key in CONFIG_MAP_KEYS}, optional=True
+    )
+    kubernetes.use_secret_as_env(task, secret, {key: key for key in SECRET_KEYS}, optional=True)
+
+
+def build_pipeline(
+    image: str = DEFAULT_IMAGE,
+    schedule: str = "parallel",
+    train_timeout_s: int = DEFAULT_TRAIN_TIMEOUT_S,
+) -> GraphComponent:
     """The ampbench pipeline, its components on `image`.
 
     schedule: "parallel" trains all arms and seeds at once (one GPU node each);
-    "sequential" trains them one after another, for arms measured on one GPU, and for the
-    local runner, where arms running at once would share the same CPU cores and timings.
+    "sequential" trains them one after another, for arms measured on one GPU (the same kind
+    of node), and for the local runner, where arms running at once would share the same CPU
+    cores and timings.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
@@ -59,11 +95,22 @@ def build_pipeline(image: str = DEFAULT_IMAGE, schedule: str = "parallel") -> Gr
         amp_precision: str = "amp",
         experiment: str = "ampbench",
         tracking: bool = True,
+        registered_model_name: str = "",
         max_accuracy_drop: float = -1.0,
+        checkpoint_dir: str = "",
+        checkpoint_every: int = 200,
         gpu_resource: str = "nvidia.com/gpu",
         gpu_count: int = 1,
+        gpu_node_selector: dict = {},  # noqa: B006 - e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        train_cpu: str = "4",
+        train_memory: str = "32Gi",
+        config_map: str = "ampbench-config",
+        s3_secret: str = "ampbench-s3",
     ) -> PipelineOutputs:
         prepared = prepare_op(data=data, subset=subset).set_display_name("prepare")
+        # Same inputs, same dataset: a cluster may answer prepare from its cache.
+        prepared.set_caching_options(True)
+        use_cluster_settings(prepared, config_map, s3_secret)
         with dsl.ParallelFor(seeds, parallelism=1 if sequential else 0) as seed:
             arms = {}
             for arm, precision in (("fp32", baseline_precision), ("amp", amp_precision)):
@@ -78,16 +125,35 @@ def build_pipeline(image: str = DEFAULT_IMAGE, schedule: str = "parallel") -> Gr
                     experiment=experiment,
                     pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                     tracking=tracking,
+                    registered_model_name=registered_model_name,
+                    checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every,
                     # Passed as inputs as well: kfp 2.17 threads a pipeline parameter into a
                     # ParallelFor only when a task there takes it as an input, and the
-                    # accelerator placeholders below would otherwise not resolve.
+                    # resource placeholders below would otherwise not resolve.
                     requested_gpu_type=gpu_resource,
                     requested_gpu_count=gpu_count,
+                    requested_cpu=train_cpu,
+                    requested_memory=train_memory,
                 )
                 task.set_display_name(f"train-{arm}")
                 task.set_accelerator_type(gpu_resource).set_accelerator_limit(gpu_count)
+                task.set_cpu_request(train_cpu).set_cpu_limit(train_cpu)
+                task.set_memory_request(train_memory).set_memory_limit(train_memory)
                 # Timings are the point of these tasks: never answer them from a cache.
                 task.set_caching_options(False)
+                # A preempted GPU node costs one checkpoint interval: the retried task resumes
+                # from the newest checkpoint under checkpoint_dir (same run id, arm and seed).
+                task.set_retry(TRAIN_RETRIES, backoff_duration="30s", backoff_factor=2.0)
+                kubernetes.set_timeout(task, train_timeout_s)
+                kubernetes.add_node_selector_json(task, gpu_node_selector)
+                kubernetes.add_toleration(
+                    task, key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"
+                )
+                # DataLoader-free, but NCCL and the CUDA caching allocator still want a real
+                # /dev/shm, which Kubernetes caps at 64 MiB unless a memory volume is mounted.
+                kubernetes.empty_dir_mount(task, "dshm", "/dev/shm", medium="Memory")
+                use_cluster_settings(task, config_map, s3_secret)
                 arms[arm] = task
             if sequential:
                 arms["amp"].after(arms["fp32"])
@@ -102,6 +168,7 @@ def build_pipeline(image: str = DEFAULT_IMAGE, schedule: str = "parallel") -> Gr
             max_accuracy_drop=max_accuracy_drop,
         ).set_display_name("compare")
         compared.set_caching_options(False)
-        return PipelineOutputs(compared.outputs["comparison"], compared.outputs["report"])
+        use_cluster_settings(compared, config_map, s3_secret)
+        return PipelineOutputs(*(compared.outputs[name] for name in PipelineOutputs._fields))
 
     return ampbench_pipeline

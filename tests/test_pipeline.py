@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,96 @@ def test_components_run_the_project_image_without_installing_kfp(
     custom = compile_pipeline(tmp_path / "p.yaml", image="registry.example/ampbench:test")
     assert "registry.example/ampbench:test" in custom.read_text()
     assert DEFAULT_IMAGE not in custom.read_text()
+
+
+def platform_of(compiled: list[dict[str, Any]], task: dict[str, Any]) -> dict[str, Any]:
+    component = compiled[0]["components"][task["componentRef"]["name"]]
+    executors = compiled[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    return executors[component["executorLabel"]]
+
+
+def test_every_parameter_a_task_uses_reaches_its_dag(compiled: list[dict[str, Any]]) -> None:
+    """A DAG's tasks may only use parameters the DAG receives (kfp 2.17 forgets to thread some
+    into a ParallelFor; such a pipeline compiles, then fails on the cluster)."""
+    placeholder = re.compile(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}")
+    spec = compiled[0]
+    dags = {"root": spec["root"]} | {
+        name: c for name, c in spec["components"].items() if "dag" in c
+    }
+    for dag_name, component in dags.items():
+        available = set(component.get("inputDefinitions", {}).get("parameters", {}))
+        for task_name, task in component["dag"]["tasks"].items():
+            for name, value in task.get("inputs", {}).get("parameters", {}).items():
+                used = set(placeholder.findall(str(value)))
+                if "componentInputParameter" in value:
+                    used.add(value["componentInputParameter"])
+                assert used <= available, (dag_name, task_name, name, used - available)
+
+
+def test_training_tasks_are_scheduled_on_gpu_nodes(compiled: list[dict[str, Any]]) -> None:
+    tasks = all_tasks(compiled[0])
+    for name in ("train-fp32", "train-amp"):
+        platform = platform_of(compiled, tasks[name])
+        assert platform["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        assert platform["nodeSelector"] == {
+            "nodeSelectorJson": {"componentInputParameter": "pipelinechannel--gpu_node_selector"}
+        }
+        assert platform["emptyDirMounts"] == [
+            {"medium": "Memory", "mountPath": "/dev/shm", "volumeName": "dshm"}
+        ]
+        assert int(platform["activeDeadlineSeconds"]) == 6 * 3600
+        resources = executor_of(compiled[0], tasks[name])["resources"]
+        assert "pipelinechannel--train_cpu" in resources["resourceCpuLimit"]
+        assert "pipelinechannel--train_memory" in resources["resourceMemoryRequest"]
+        assert tasks[name]["retryPolicy"]["maxRetryCount"] == 2
+
+
+def test_credentials_come_from_secrets_and_config_maps_only(
+    compiled: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tasks = all_tasks(compiled[0])
+    for name in ("prepare", "train-fp32", "train-amp", "compare"):
+        platform = platform_of(compiled, tasks[name])
+        (secret,) = platform["secretAsEnv"]
+        assert "secretNameParameter" in secret and "secretName" not in secret
+        assert {e["envVar"] for e in secret["keyToEnv"]} == {
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        }
+        (config_map,) = platform["configMapAsEnv"]
+        assert "MLFLOW_TRACKING_URI" in {e["envVar"] for e in config_map["keyToEnv"]}
+    defaults = compiled[0]["root"]["inputDefinitions"]["parameters"]
+    assert defaults["s3_secret"]["defaultValue"] == "ampbench-s3"
+    # Whatever the compiling shell holds never lands in the YAML.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "sekrit-value-4242")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://user:hunter2@mlflow.example:5000")
+    text = compile_pipeline(tmp_path / "p.yaml").read_text()
+    assert "sekrit-value-4242" not in text and "hunter2" not in text
+
+
+def test_caching_on_for_prepare_and_off_for_timed_steps(compiled: list[dict[str, Any]]) -> None:
+    tasks = all_tasks(compiled[0])
+    assert tasks["prepare"]["cachingOptions"] == {"enableCache": True}
+    for name in ("train-fp32", "train-amp", "compare"):
+        assert tasks[name]["cachingOptions"].get("enableCache", False) is False
+
+
+def test_sequential_schedule_trains_one_arm_after_the_other(tmp_path: Path) -> None:
+    spec = yaml.safe_load_all(
+        compile_pipeline(tmp_path / "s.yaml", schedule="sequential").read_text()
+    )
+    spec = next(spec)
+    tasks = all_tasks(spec)
+    assert tasks["train-fp32"]["taskInfo"]["name"] == "train-fp32"
+    fp32_task = next(
+        name
+        for c in spec["components"].values()
+        if "dag" in c
+        for name, t in c["dag"]["tasks"].items()
+        if t["taskInfo"]["name"] == "train-fp32"
+    )
+    assert fp32_task in tasks["train-amp"]["dependentTasks"]
+    loop = spec["root"]["dag"]["tasks"]["for-loop-1"]
+    assert loop["iteratorPolicy"]["parallelismLimit"] == 1

@@ -292,7 +292,13 @@ def test_upload_creates_a_pipeline_then_versions(
     (upload,) = standin.matching("POST", UPLOAD)
     assert upload.param("name") == "ampbench"
     package = upload.files()["uploadfile"]
-    assert yaml.safe_load(package) == expected_spec(tmp_path, submit.DEFAULT_IMAGE, "parallel")
+    uploaded = list(yaml.safe_load_all(package))
+    compiled = list(
+        yaml.safe_load_all(
+            compile_pipeline(tmp_path / "upload.yaml", submit.DEFAULT_IMAGE, "parallel").read_text()
+        )
+    )
+    assert uploaded == compiled
     assert out.strip().startswith(f"uploaded pipeline 'ampbench' ({pipeline['pipeline_id']})")
 
     code, out, err = cli(capsys, *base, "--version", "v2")

@@ -29,11 +29,13 @@ def train(
     tracking: bool = True,
     requested_gpu_type: str = "",
     requested_gpu_count: int = 0,
+    requested_cpu: str = "",
+    requested_memory: str = "",
 ) -> None:
     """Train one precision arm; outputs the state dict, headline metrics and results JSON.
 
-    requested_gpu_type and requested_gpu_count: what the task asked Kubernetes for, recorded in
-    the results beside the device that actually ran it.
+    requested_*: what the task asked Kubernetes for, recorded in the results beside the
+    device that actually ran it.
     """
     from pathlib import Path
 
@@ -69,6 +71,12 @@ def train(
             TrackingOptions(experiment, pipeline_run_id, registered_model_name)
             if tracking
             else None,
+            requested_resources={
+                "gpu_type": requested_gpu_type,
+                "gpu_count": requested_gpu_count,
+                "cpu": requested_cpu,
+                "memory": requested_memory,
+            },
         )
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)

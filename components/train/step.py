@@ -11,7 +11,14 @@ import torch
 
 from ampbench.components.train.engine import TrainConfig, Trainer, device_name
 from ampbench.components.train.models import example_input
-from ampbench.tracking import DEFAULT_EXPERIMENT, PIPELINE_RUN_TAG, ArmRun, safe_tracking_uri
+from ampbench.tracking import (
+    DEFAULT_EXPERIMENT,
+    PIPELINE_RUN_TAG,
+    PRECISION_TAG,
+    RESULTS_ARTIFACT,
+    ArmRun,
+    safe_tracking_uri,
+)
 
 # Per-epoch record field -> MLflow metric name. The names are the same in every arm's run so
 # that MLflow's compare view lines them up.
@@ -57,7 +64,7 @@ def run_training(
     results_path: Path,
     model_path: Path,
     tracking: TrackingOptions | None = None,
-    requested_accelerator: dict[str, Any] | None = None,
+    requested_resources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train one arm; write results JSON and the state dict; log the run to MLflow."""
     trainer = Trainer(config)
@@ -66,7 +73,7 @@ def run_training(
         precision = trainer.precision
         run_name = f"{precision.requested}-seed{config.seed}"
         tags = {
-            "ampbench.precision": precision.requested,
+            PRECISION_TAG: precision.requested,
             "ampbench.resolved_precision": precision.name,
             "ampbench.autocast_dtype": precision.autocast_dtype_name or "none",
             "ampbench.device": trainer.device.type,
@@ -88,8 +95,8 @@ def run_training(
             {name: record.get(key) for key, name in EPOCH_METRICS.items()}, step=record["epoch"]
         )
     results = trainer.run()
-    if requested_accelerator is not None:
-        results["requested_accelerator"] = requested_accelerator
+    if requested_resources is not None:
+        results["requested_resources"] = requested_resources
     if arm_run is not None:
         results["mlflow"] = {
             "tracking_uri": safe_tracking_uri(),
@@ -106,7 +113,7 @@ def run_training(
         model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
         example = example_input(tuple(trainer.metadata["image_shape"])).numpy()
         run_id = arm_run.finish(
-            [results_path], model, example, tracking.registered_model_name or None
+            {RESULTS_ARTIFACT: results_path}, model, example, tracking.registered_model_name or None
         )
         results["mlflow"]["run_id"] = run_id
         results_path.write_text(json.dumps(results, indent=2) + "\n")
