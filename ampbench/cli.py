@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ampbench import DEFAULT_IMAGE, __version__
+from ampbench import DEFAULT_IMAGE, __version__, storage
 from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
 from ampbench.pipelines.submit import add_commands as _add_kfp
@@ -82,13 +82,22 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         metavar="PP",
         help="fail when the AMP arm loses more than PP percentage points of accuracy",
     )
+    parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
+    parser.add_argument(
+        "--checkpoint-dir", help="checkpoints (local or s3://), so that a rerun resumes"
+    )
     parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
+    parser.add_argument(
+        "--export",
+        metavar="URI",
+        help="also copy report, plots, results and models to s3://bucket/prefix or a directory",
+    )
     parser.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from ampbench.components.train import MODELS, PRECISIONS
-    from ampbench.pipelines.local import run_local, summary_lines
+    from ampbench.pipelines.local import export, run_local, summary_lines
 
     for option, value, allowed in (
         ("--model", args.model, MODELS),
@@ -111,9 +120,16 @@ def _run(args: argparse.Namespace) -> int:
         "experiment": args.experiment,
         "tracking": not args.no_tracking,
         "max_accuracy_drop": -1.0 if args.max_accuracy_drop is None else args.max_accuracy_drop,
+        "registered_model_name": args.register_model or "",
+        "checkpoint_dir": args.checkpoint_dir or "",
     }
+    if args.export and storage.is_s3(args.export):
+        storage.split_s3(args.export)  # a malformed URI fails now, not after the training
     run = run_local(arguments, args.output_dir)
     print("\n".join(summary_lines(run)))
+    if args.export:
+        written = export(run, args.export)
+        print(f"exported {len(written)} files to {args.export}")
     return 0
 
 
@@ -289,7 +305,7 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     from ampbench.components.compare.report import render_text
-    from ampbench.components.compare.step import load_results, run_comparison
+    from ampbench.components.compare.step import CompareOutputs, load_results, run_comparison
 
     baseline = load_results(args.baseline[0])["precision"]
     amp = load_results(args.amp[0])["precision"]
@@ -297,12 +313,43 @@ def _compare(args: argparse.Namespace) -> int:
         raise AmpbenchError(f"--baseline and --amp: both arms are '{baseline}'")
     comparison = run_comparison(
         {baseline: args.baseline, amp: args.amp},
-        args.output_dir / "results.json",
-        args.output_dir / "report.md",
+        CompareOutputs.in_directory(args.output_dir),
         baseline=baseline,
         max_accuracy_drop_pp=args.max_accuracy_drop,
     )
     print(render_text(comparison))
+    return 0
+
+
+# -- report -------------------------------------------------------------------------------------
+def _add_report(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="rebuild a pipeline run's report from MLflow alone",
+        description="Download the arm runs' results of a pipeline run from MLflow and write the "
+        "comparison again (results.json, report.md, report.html, plots/).",
+    )
+    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
+    parser.add_argument("--parent-run-id", help="the pipeline run's parent run (default: newest)")
+    parser.add_argument("--output-dir", type=Path, default=Path("report"))
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ampbench.components.compare.report import render_text
+    from ampbench.components.compare.step import CompareOutputs, run_comparison
+    from ampbench.tracking import download_arm_results
+
+    with tempfile.TemporaryDirectory() as downloads:
+        parent, baseline, arms = download_arm_results(
+            args.experiment, args.parent_run_id, Path(downloads)
+        )
+        outputs = CompareOutputs.in_directory(args.output_dir)
+        comparison = run_comparison(arms, outputs, baseline=baseline)
+    print(render_text(comparison))
+    print(f"\nreport of MLflow run {parent} -> {outputs.report} ({outputs.html.name}, plots/)")
     return 0
 
 
@@ -339,7 +386,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ampbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for add in (_add_run, _add_compile, _add_kfp, _add_prepare, _add_train, _add_compare, _add_ui):
+    for add in (
+        _add_run,
+        _add_compile,
+        _add_kfp,
+        _add_prepare,
+        _add_train,
+        _add_compare,
+        _add_report,
+        _add_ui,
+    ):
         add(commands)
     return parser
 

@@ -228,19 +228,29 @@ def upload(path: Path, uri: str) -> None:
         raise AmpbenchError(f"{uri}: upload verification failed (ETag differs from the file)")
 
 
-def copy_tree(local_dir: Path, destination: str) -> list[str]:
-    """Copy a local directory to an s3:// prefix or a local directory; return what was written."""
-    written = []
-    for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
-        relative = path.relative_to(local_dir).as_posix()
-        target = join(destination, relative)
-        if is_s3(destination):
-            upload(path, target)
-        else:
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        written.append(target)
-    return written
+def copy_file(path: Path, target: str) -> str:
+    """Copy one local file to an s3:// URI (verified upload) or a local path."""
+    if is_s3(target):
+        upload(path, target)
+    else:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return target
+
+
+def copy_tree(local_dir: Path, destination: str, names: list[str] | None = None) -> list[str]:
+    """Copy a local directory (or only its entries `names`, files or folders) to an s3://
+    prefix or a local directory; return what was written."""
+    roots = [local_dir / name for name in names] if names is not None else [local_dir]
+    files = sorted(
+        file
+        for root in roots
+        for file in ([root] if root.is_file() else root.rglob("*"))
+        if file.is_file()
+    )
+    return [
+        copy_file(file, join(destination, file.relative_to(local_dir).as_posix())) for file in files
+    ]
 
 
 def read_bytes(location: str) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +24,9 @@ from ampbench.logs import log
 DEFAULT_EXPERIMENT = "ampbench"
 PARENT_TAG = "mlflow.parentRunId"
 PIPELINE_RUN_TAG = "ampbench.pipeline_run_id"
+BASELINE_TAG = "ampbench.baseline"  # on a parent run: which arm the others are compared with
+PRECISION_TAG = "ampbench.precision"  # on an arm run: the precision asked for, its arm's name
+RESULTS_ARTIFACT = "results.json"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 FINAL_FLUSH_ATTEMPTS = 5
@@ -133,7 +137,7 @@ class ArmRun:
 
     def finish(
         self,
-        artifacts: list[Path],
+        artifacts: Mapping[str, Path],
         model: Any = None,
         input_example: Any = None,
         registered_model_name: str | None = None,
@@ -154,8 +158,7 @@ class ArmRun:
             )
         run_id = self._ensure_run()
         try:
-            for path in artifacts:
-                self.client.log_artifact(run_id, str(path))
+            log_named_artifacts(self.client, run_id, artifacts)
             if model is not None:
                 log_model(run_id, model, input_example, registered_model_name)
             self.client.set_terminated(run_id, "FINISHED")
@@ -215,19 +218,72 @@ def open_parent_run(
     return run.info.run_id
 
 
+def log_named_artifacts(client: Any, run_id: str, artifacts: Mapping[str, Path]) -> None:
+    """Log files under the given artifact names (KFP names its output files 'results',
+    'report', ...; MLflow users should see results.json, report.md, ...)."""
+    with tempfile.TemporaryDirectory() as staging:
+        for name, path in artifacts.items():
+            (Path(staging) / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, Path(staging) / name)
+        client.log_artifacts(run_id, staging)
+
+
 def finish_parent_run(
     run_id: str, artifacts: Mapping[str, Path], metrics: Mapping[str, float]
 ) -> None:
     """Log the headline metrics and the artifacts (saved under the given names); end the run."""
-    import tempfile
-
     from mlflow.entities import Metric
 
     client = _client()
     now = int(time.time() * 1000)
     client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
-    with tempfile.TemporaryDirectory() as staging:
-        for name, path in artifacts.items():
-            shutil.copyfile(path, Path(staging) / name)
-        client.log_artifacts(run_id, staging)
+    log_named_artifacts(client, run_id, artifacts)
     client.set_terminated(run_id, "FINISHED")
+
+
+def download_arm_results(
+    experiment: str, parent_run_id: str | None, directory: Path
+) -> tuple[str, str, dict[str, list[Path]]]:
+    """The results.json of every arm run of a pipeline run, from MLflow alone.
+
+    Returns (parent run id, baseline arm, {arm: [results files]}); without a parent run id,
+    the newest pipeline run of the experiment.
+    """
+    client = _client()
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise AmpbenchError(
+            f"--experiment {experiment}: no such experiment at {safe_tracking_uri()}"
+        )
+    if parent_run_id is None:
+        parents = client.search_runs(
+            [found.experiment_id],
+            filter_string=f"tags.`{BASELINE_TAG}` != ''",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if not parents:
+            raise AmpbenchError(f"--experiment {experiment}: holds no ampbench pipeline run")
+        parent = parents[0]
+    else:
+        try:
+            parent = client.get_run(parent_run_id)
+        except Exception:
+            raise AmpbenchError(f"--parent-run-id {parent_run_id}: no such run") from None
+    baseline = parent.data.tags.get(BASELINE_TAG)
+    if not baseline:
+        raise AmpbenchError(f"run {parent.info.run_id}: not the parent run of an ampbench pipeline")
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+    )
+    arms: dict[str, list[Path]] = {}
+    for child in children:
+        arm = child.data.tags.get(PRECISION_TAG, "")
+        target = directory / child.info.run_id
+        target.mkdir(parents=True, exist_ok=True)
+        local = client.download_artifacts(child.info.run_id, RESULTS_ARTIFACT, str(target))
+        arms.setdefault(arm, []).append(Path(local))
+    if not arms:
+        raise AmpbenchError(f"run {parent.info.run_id}: has no arm runs")
+    return parent.info.run_id, baseline, arms

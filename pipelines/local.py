@@ -15,20 +15,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampbench import storage
 from ampbench.components.compare.report import render_text
+from ampbench.components.compare.step import CompareOutputs
 from ampbench.components.prepare.sources import SourceOptions, local_path
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.tracking import safe_tracking_uri, tracking_uri
 
+MODELS_DIR = "models"
+
 
 @dataclass(frozen=True)
 class LocalRun:
     output_dir: Path
     comparison: dict[str, Any]
-    results_path: Path
-    report_path: Path
+    outputs: CompareOutputs
     pipeline_root: Path
 
 
@@ -79,20 +82,50 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
             raise AmpbenchError(
                 f"the pipeline failed ({error}); the step's log above says why"
             ) from None
-    comparison_path = Path(task.outputs["comparison"].path)
-    results_path = output_dir / "results.json"
-    report_path = output_dir / "report.md"
-    shutil.copyfile(comparison_path, results_path)
-    shutil.copyfile(task.outputs["report"].path, report_path)
-    comparison = json.loads(results_path.read_text())
-    return LocalRun(output_dir, comparison, results_path, report_path, pipeline_root)
+    outputs = CompareOutputs.in_directory(output_dir)
+    shutil.copyfile(task.outputs["comparison"].path, outputs.comparison)
+    shutil.copyfile(task.outputs["report"].path, outputs.report)
+    shutil.copyfile(task.outputs["report_html"].path, outputs.html)
+    shutil.copytree(task.outputs["plots"].path, outputs.plots)
+    comparison = json.loads(outputs.comparison.read_text())
+    collect_models(pipeline_root, output_dir / MODELS_DIR)
+    return LocalRun(output_dir, comparison, outputs, pipeline_root)
+
+
+def collect_models(pipeline_root: Path, directory: Path) -> list[Path]:
+    """Copy each arm's trained state dict out of the local runner's outputs, named by arm and
+    seed (the runner keeps a task's outputs side by side: results, model)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for results_file in sorted(pipeline_root.rglob("results")):
+        model = results_file.with_name("model")
+        if not (results_file.is_file() and model.is_file()):
+            continue
+        results = json.loads(results_file.read_text())
+        target = directory / f"{results['precision']}-seed{results['hyperparameters']['seed']}.pt"
+        shutil.copyfile(model, target)
+        copied.append(target)
+    return copied
+
+
+def export(run: LocalRun, destination: str) -> list[str]:
+    """Copy the report, plots, results and models to an s3:// prefix or a local directory."""
+    names = [
+        run.outputs.comparison.name,
+        run.outputs.report.name,
+        run.outputs.html.name,
+        run.outputs.plots.name,
+        MODELS_DIR,
+    ]
+    return storage.copy_tree(run.output_dir, destination, names)
 
 
 def summary_lines(run: LocalRun) -> list[str]:
     """The RESULTS block and where everything went, as `ampbench run` prints them."""
     lines = [render_text(run.comparison), ""]
-    lines.append(f"results : {run.results_path}")
-    lines.append(f"report  : {run.report_path}")
+    lines.append(f"results : {run.outputs.comparison}")
+    lines.append(f"report  : {run.outputs.report} (and {run.outputs.html.name}, plots/)")
+    lines.append(f"models  : {run.output_dir / MODELS_DIR}")
     lines.append(f"pipeline outputs: {run.pipeline_root}")
     mlflow_info = run.comparison.get("mlflow")
     if mlflow_info:

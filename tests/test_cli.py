@@ -11,7 +11,7 @@ import pytest
 from ampbench.cli import main
 from ampbench.components.prepare import sources as sources_module
 
-COMMANDS = ["run", "compile", "prepare", "train", "compare", "ui"]
+COMMANDS = ["run", "compile", "submit", "upload", "prepare", "train", "compare", "report", "ui"]
 
 
 def ampbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ampbench.components.compare.plots import PLOTS
 from ampbench.components.compare.report import (
     PUBLISHED,
     compare_arms,
@@ -17,7 +19,7 @@ from ampbench.components.compare.report import (
     results_block,
 )
 from ampbench.components.compare.stats import estimate
-from ampbench.components.compare.step import run_comparison
+from ampbench.components.compare.step import CompareOutputs, run_comparison
 from ampbench.errors import AmpbenchError
 
 PUBLISHED_BLOCK = """===== RESULTS =====
@@ -119,20 +121,39 @@ def _write(path: Path, data: dict[str, Any]) -> Path:
 def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
     fp32 = _write(tmp_path / "fp32.json", arm_result("fp32", 0, 0.70, 3000.0, 300.0))
     amp = _write(tmp_path / "amp.json", arm_result("amp", 0, 0.65, 1500.0, 100.0))
-    out_json, out_md = tmp_path / "out" / "results.json", tmp_path / "out" / "report.md"
-    comparison = run_comparison({"fp32": [fp32], "amp": [amp]}, out_json, out_md)
-    assert json.loads(out_json.read_text())["speedup"] == pytest.approx(3.0)
-    assert "===== RESULTS =====" in out_md.read_text()
+    outputs = CompareOutputs.in_directory(tmp_path / "out")
+    comparison = run_comparison({"fp32": [fp32], "amp": [amp]}, outputs)
+    assert json.loads(outputs.comparison.read_text())["speedup"] == pytest.approx(3.0)
+    assert "===== RESULTS =====" in outputs.report.read_text()
     assert comparison["accuracy_delta_pp"] == pytest.approx(-5.0)
-    run_comparison({"fp32": [fp32], "amp": [amp]}, out_json, out_md, max_accuracy_drop_pp=6.0)
+    assert sorted(p.name for p in outputs.plots.iterdir()) == sorted(PLOTS)
+    for plot in outputs.plots.iterdir():
+        assert plot.read_bytes().startswith(b"\x89PNG")
+    run_comparison({"fp32": [fp32], "amp": [amp]}, outputs, max_accuracy_drop_pp=6.0)
+    outputs.comparison.unlink()
     with pytest.raises(AmpbenchError, match=r"lost 5\.00 pp"):
-        run_comparison({"fp32": [fp32], "amp": [amp]}, out_json, out_md, max_accuracy_drop_pp=1.0)
+        run_comparison({"fp32": [fp32], "amp": [amp]}, outputs, max_accuracy_drop_pp=1.0)
     # The gate fails after the outputs are written, so that the evidence is kept.
-    assert out_json.is_file()
+    assert outputs.comparison.is_file()
+
+
+def test_html_report_is_self_contained(tmp_path: Path) -> None:
+    fp32 = [arm_result("fp32", s, 0.70, 3000.0, 300.0 + s) for s in range(2)]
+    amp = [arm_result("amp", s, 0.69, 1500.0, 100.0 + s) for s in range(2)]
+    paths = [_write(tmp_path / f"{r['precision']}{i}.json", r) for i, r in enumerate(fp32 + amp)]
+    outputs = CompareOutputs.in_directory(tmp_path / "out")
+    run_comparison({"fp32": paths[:2], "amp": paths[2:]}, outputs)
+    page = outputs.html.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert page.count('src="data:image/png;base64,') == len(PLOTS)
+    # Nothing the KFP UI's sandboxed iframe would have to fetch.
+    assert not re.search(r"""(src|href)=["'](https?:)?//""", page)
+    assert "http://" not in page and "https://" not in page
+    assert "===== RESULTS =====" in page and "<table>" in page and "±" in page
 
 
 def test_unreadable_results_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(AmpbenchError, match=r"bad\.json"):
-        run_comparison({"fp32": [bad], "amp": [bad]}, tmp_path / "r.json", tmp_path / "r.md")
+        run_comparison({"fp32": [bad], "amp": [bad]}, CompareOutputs.in_directory(tmp_path))

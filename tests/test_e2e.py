@@ -82,6 +82,8 @@ def test_results_json_is_consistent_with_each_training_result(local_run: dict[st
         assert own["dataset"]["train_images"] == 256
     report = (out / "report.md").read_text()
     assert "===== RESULTS =====" in report and "3219.65" in report
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
+    assert len(list((out / "plots").glob("*.png"))) == 3
 
 
 def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[str, Any]) -> None:
@@ -104,4 +106,4 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         assert child.info.status == "FINISHED"
     assert parent.data.metrics["speedup"] > 0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"results.json", "report.md"} <= artifacts
+    assert {"results.json", "report.md", "report.html", "plots"} <= artifacts

@@ -11,6 +11,8 @@ def compare(
     amp_results: dsl.Input[list[dsl.Artifact]],
     comparison: dsl.Output[dsl.Artifact],
     report: dsl.Output[dsl.Markdown],
+    report_html: dsl.Output[dsl.HTML],
+    plots: dsl.Output[dsl.Artifact],
     metrics: dsl.Output[dsl.Metrics],
     baseline_precision: str = "fp32",
     amp_precision: str = "amp",
@@ -22,7 +24,11 @@ def compare(
     """Compare the AMP arm with the baseline arm over all seeds; fail on a too-large drop."""
     from pathlib import Path
 
-    from ampbench.components.compare.step import ParentRunOptions, run_comparison
+    from ampbench.components.compare.step import (
+        CompareOutputs,
+        ParentRunOptions,
+        run_comparison,
+    )
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
 
@@ -33,8 +39,9 @@ def compare(
                 baseline_precision: [Path(a.path) for a in baseline_results],
                 amp_precision: [Path(a.path) for a in amp_results],
             },
-            Path(comparison.path),
-            Path(report.path),
+            CompareOutputs(
+                Path(comparison.path), Path(report.path), Path(report_html.path), Path(plots.path)
+            ),
             baseline=baseline_precision,
             parent_run=ParentRunOptions(experiment, pipeline_run_id) if tracking else None,
             max_accuracy_drop_pp=max_accuracy_drop if max_accuracy_drop >= 0 else None,

@@ -8,7 +8,10 @@ intervals of the ratios come from the per-seed ratios of runs paired by seed.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
+from html import escape
+from pathlib import Path
 from typing import Any
 
 from ampbench.components.compare.stats import estimate
@@ -183,66 +186,106 @@ def render_text(comparison: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(comparison: Mapping[str, Any]) -> str:
-    baseline = comparison["baseline"]
-    runs = comparison["runs"]
-    first = runs[baseline]
-    seeds = first["seeds"]
-    lines = [
-        "# ampbench: mixed precision against FP32",
-        "",
+Table = tuple[list[str], list[list[str]]]
+
+
+def tables(comparison: Mapping[str, Any]) -> dict[str, Table]:
+    """The report's tables as (header, rows) of text, shared by Markdown and HTML."""
+    arms = [
+        [
+            name,
+            arm["resolved_precision"],
+            arm["autocast_dtype"] or "none",
+            _pm(arm["accuracy_ci95"], ".4f"),
+            _pm(arm["peak_memory_mb_ci95"], ".1f"),
+            _pm(arm["train_time_s_ci95"], ".2f"),
+            _pm(arm["throughput_img_s_ci95"], ".1f"),
+        ]
+        for name, arm in comparison["runs"].items()
+    ]
+    ratios = [
+        [
+            name,
+            _ratio_cell(this["speedup"], this["ci95"]["speedup"], ".2f") + "x",
+            _ratio_cell(this["memory_ratio"], this["ci95"]["memory_ratio"], ".2f"),
+            _ratio_cell(this["accuracy_delta_pp"], this["ci95"]["accuracy_delta_pp"], "+.2f"),
+        ]
+        for name, this in comparison["comparisons"].items()
+    ]
+    arm_header = ["arm", "precision", "autocast", "accuracy", "peak memory (MB)"]
+    arm_header += ["train time (s)", "images/s"]
+    ratio_header = ["arm", "speedup", "memory ratio", "accuracy delta (pp)"]
+    return {"Arms": (arm_header, arms), f"Against {comparison['baseline']}": (ratio_header, ratios)}
+
+
+def _description(comparison: Mapping[str, Any]) -> str:
+    first = comparison["runs"][comparison["baseline"]]
+    return (
         f"Model {first['model']} on {first['device_name']} ({first['device']}); "
-        f"seeds {', '.join(map(str, seeds))}; baseline arm: {baseline}.",
-        "",
-        "## Our run",
-        "",
-        "```",
-        render_text(comparison),
-        "```",
-        "",
-        "## The published run we reproduce",
-        "",
-        "```",
-        results_block(PUBLISHED["fp32"], PUBLISHED["amp"]),
-        "```",
-        "",
-        "## Arms",
-        "",
-        "| arm | precision | autocast | accuracy | peak memory (MB) | train time (s) | images/s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, arm in runs.items():
-        lines.append(
-            f"| {name} | {arm['resolved_precision']} | {arm['autocast_dtype'] or 'none'} "
-            f"| {_pm(arm['accuracy_ci95'], '.4f')} | {_pm(arm['peak_memory_mb_ci95'], '.1f')} "
-            f"| {_pm(arm['train_time_s_ci95'], '.2f')} "
-            f"| {_pm(arm['throughput_img_s_ci95'], '.1f')} |"
-        )
-    lines += [
-        "",
-        f"## Against {baseline}",
-        "",
-        "| arm | speedup | memory ratio | accuracy delta (pp) |",
-        "|---|---|---|---|",
-    ]
-    for name, this in comparison["comparisons"].items():
-        ci = this["ci95"]
-        lines.append(
-            f"| {name} | {_ratio_cell(this['speedup'], ci['speedup'], '.2f')}x "
-            f"| {_ratio_cell(this['memory_ratio'], ci['memory_ratio'], '.2f')} "
-            f"| {_ratio_cell(this['accuracy_delta_pp'], ci['accuracy_delta_pp'], '+.2f')} |"
-        )
-    memory_kind = first.get("memory_kind")
-    lines += [
-        "",
+        f"seeds {', '.join(map(str, first['seeds']))}; baseline arm: {comparison['baseline']}."
+    )
+
+
+def _notes(comparison: Mapping[str, Any]) -> list[str]:
+    memory_kind = comparison["runs"][comparison["baseline"]].get("memory_kind")
+    memory = (
+        "torch.cuda.max_memory_allocated."
+        if memory_kind == "cuda_max_allocated"
+        else "growth of the process's peak RSS during the run (CPU)."
+    )
+    return [
         "Figures are means over seeds; ± is the half-width of a 95 % Student-t interval "
         "(for ratios: over the per-seed ratios of runs paired by seed).",
-        "Training time excludes evaluation and compilation. Peak memory: "
-        + (
-            "torch.cuda.max_memory_allocated."
-            if memory_kind == "cuda_max_allocated"
-            else "growth of the process's peak RSS during the run (CPU)."
-        ),
-        "",
+        f"Training time excludes evaluation and compilation. Peak memory: {memory}",
     ]
+
+
+TITLE = "ampbench: mixed precision against FP32"
+
+
+def render_markdown(comparison: Mapping[str, Any]) -> str:
+    lines = [f"# {TITLE}", "", _description(comparison), "", "## Our run", "", "```"]
+    lines += [render_text(comparison), "```", "", "## The published run we reproduce", "", "```"]
+    lines += [results_block(PUBLISHED["fp32"], PUBLISHED["amp"]), "```", ""]
+    for heading, (header, rows) in tables(comparison).items():
+        lines += [f"## {heading}", "", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "---|" * len(header))
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines.append("")
+    lines += [*_notes(comparison), ""]
     return "\n".join(lines)
+
+
+def render_html(comparison: Mapping[str, Any], plots: Sequence[Path]) -> str:
+    """One self-contained page (plots inlined as data: URIs, no external URL), as the KFP UI
+    shows it in an iframe."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{escape(TITLE)}</title>",
+        "<style>body{font-family:sans-serif;margin:1.5em;max-width:70em}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;"
+        "padding:.25em .6em;text-align:right}td:first-child,th{text-align:left}"
+        "pre{background:#f4f4f4;padding:.8em}img{max-width:100%}</style></head><body>",
+        f"<h1>{escape(TITLE)}</h1>",
+        f"<p>{escape(_description(comparison))}</p>",
+        "<h2>Our run</h2>",
+        f"<pre>{escape(render_text(comparison))}</pre>",
+        "<h2>The published run we reproduce</h2>",
+        f"<pre>{escape(results_block(PUBLISHED['fp32'], PUBLISHED['amp']))}</pre>",
+    ]
+    for heading, (header, rows) in tables(comparison).items():
+        parts.append(f"<h2>{escape(heading)}</h2><table>")
+        parts.append("<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>")
+        for row in rows:
+            parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
+        parts.append("</table>")
+    parts.append("<h2>Plots</h2>")
+    for plot in plots:
+        data = base64.b64encode(Path(plot).read_bytes()).decode("ascii")
+        parts.append(
+            f'<p><img alt="{escape(Path(plot).stem)}" src="data:image/png;base64,{data}"></p>'
+        )
+    parts += [f"<p>{escape(note)}</p>" for note in _notes(comparison)]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ampbench.components.compare.report import compare_arms, render_markdown
+from ampbench.components.compare.plots import write_plots
+from ampbench.components.compare.report import compare_arms, render_html, render_markdown
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.tracking import (
+    BASELINE_TAG,
     DEFAULT_EXPERIMENT,
     PIPELINE_RUN_TAG,
+    RESULTS_ARTIFACT,
     finish_parent_run,
     open_parent_run,
 )
@@ -38,22 +41,42 @@ def load_results(path: Path) -> dict[str, Any]:
     return results
 
 
+@dataclass(frozen=True)
+class CompareOutputs:
+    """Where the compare step writes: JSON, Markdown, self-contained HTML, a folder of PNGs."""
+
+    comparison: Path
+    report: Path
+    html: Path
+    plots: Path
+
+    @classmethod
+    def in_directory(cls, directory: Path) -> CompareOutputs:
+        return cls(
+            directory / "results.json",
+            directory / "report.md",
+            directory / "report.html",
+            directory / "plots",
+        )
+
+
 def run_comparison(
     arm_results: Mapping[str, Sequence[Path]],
-    comparison_path: Path,
-    report_path: Path,
+    outputs: CompareOutputs,
     *,
     baseline: str = "fp32",
     parent_run: ParentRunOptions | None = None,
     max_accuracy_drop_pp: float | None = None,
 ) -> dict[str, Any]:
-    """Compare the arms; write comparison JSON and Markdown report; gate on accuracy drop."""
+    """Compare the arms and write the outputs; then fail if an arm lost too much accuracy
+    (after writing, so that the evidence is kept)."""
     arms = {name: [load_results(path) for path in paths] for name, paths in arm_results.items()}
     comparison = compare_arms(arms, baseline=baseline)
-    comparison_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    markdown = render_markdown(comparison)
-    report_path.write_text(markdown, encoding="utf-8")
+    for path in (outputs.comparison, outputs.report, outputs.html):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(comparison, outputs.plots)
+    outputs.report.write_text(render_markdown(comparison), encoding="utf-8")
+    outputs.html.write_text(render_html(comparison, plots), encoding="utf-8")
     if parent_run is not None:
         children = [
             run["mlflow"]["run_id"]
@@ -61,7 +84,7 @@ def run_comparison(
             for run in runs
             if run.get("mlflow", {}).get("run_id")
         ]
-        tags = {"ampbench.pipeline": PIPELINE_NAME}
+        tags = {"ampbench.pipeline": PIPELINE_NAME, BASELINE_TAG: baseline}
         if parent_run.pipeline_run_id:
             tags[PIPELINE_RUN_TAG] = parent_run.pipeline_run_id
             tags["kfp.run_id"] = parent_run.pipeline_run_id
@@ -72,19 +95,21 @@ def run_comparison(
             children,
         )
         comparison["mlflow"] = {"experiment": parent_run.experiment, "parent_run_id": run_id}
-    comparison_path.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
+    outputs.comparison.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
     if parent_run is not None:
         headline = {
             key: comparison[key]
             for key in ("speedup", "memory_ratio", "accuracy_delta_pp")
             if comparison.get(key) is not None
         }
-        finish_parent_run(
-            comparison["mlflow"]["parent_run_id"],
-            {"results.json": comparison_path, "report.md": report_path},
-            headline,
-        )
-    log.info("compare: wrote %s and %s", comparison_path, report_path)
+        artifacts = {
+            RESULTS_ARTIFACT: outputs.comparison,
+            "report.md": outputs.report,
+            "report.html": outputs.html,
+            **{f"plots/{plot.name}": plot for plot in plots},
+        }
+        finish_parent_run(comparison["mlflow"]["parent_run_id"], artifacts, headline)
+    log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
     if max_accuracy_drop_pp is not None:
         for name, this in comparison["comparisons"].items():
             if -this["accuracy_delta_pp"] > max_accuracy_drop_pp:

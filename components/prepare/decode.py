@@ -16,8 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-import simplejpeg
 from PIL import Image, UnidentifiedImageError
+
+try:
+    import simplejpeg
+except ImportError:  # a bare machine with the repository only (GPU benchmark): Pillow decodes
+    simplejpeg = None
 
 from ampbench.errors import AmpbenchError
 
@@ -38,7 +42,7 @@ class BadImage(Exception):
 
 def decode_one(name: str, data: bytes) -> np.ndarray:
     """One image as uint8 [H, W, 3], or BadImage naming the file."""
-    if data.startswith(JPEG_MAGIC):
+    if simplejpeg is not None and data.startswith(JPEG_MAGIC):
         try:
             return simplejpeg.decode_jpeg(data, colorspace="RGB")
         except ValueError:

@@ -1,0 +1,215 @@
+"""Tracking against real services: an MLflow server (both artifact modes) whose artifacts land
+in Ceph RGW, exports to S3, the report rebuilt from MLflow, and tracking outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from mlflow import MlflowClient
+
+from ampbench import tracking
+from ampbench.components.train.engine import TrainConfig, Trainer
+from ampbench.components.train.step import TrackingOptions, run_training
+from ampbench.errors import AmpbenchError
+
+if TYPE_CHECKING:
+    from services import MlflowServer, Rgw
+
+pytest_plugins = ["services"]
+
+SMALL_RUN = ["--data", "synthetic", "--subset", "200", "--epochs", "2", "--batch-size", "50"]
+SMALL_RUN += ["--model", "small-cnn"]
+
+
+def ampbench(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "ampbench.cli", *args],
+        env={**os.environ, **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def search_runs(server: MlflowServer, experiment: str) -> list[Any]:
+    client = MlflowClient(tracking_uri=server.uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    return client.search_runs([found.experiment_id])
+
+
+@pytest.fixture(scope="module")
+def proxied_run(
+    mlflow_server: MlflowServer, rgw: Rgw, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """`ampbench run` tracked on the server (artifacts proxied into RGW), exported to RGW."""
+    work = tmp_path_factory.mktemp("proxied")
+    experiment = f"proxied-{uuid.uuid4().hex[:8]}"
+    bucket = rgw.make_bucket("ampbench-exports")
+    export = f"s3://{bucket}/{experiment}"
+    env = {"MLFLOW_TRACKING_URI": mlflow_server.uri, **rgw.env()}
+    done = ampbench(
+        env, work, "run", *SMALL_RUN, "--experiment", experiment,
+        "--register-model", f"ampbench-{experiment}",
+        "--output-dir", str(work / "out"), "--export", export,
+    )  # fmt: skip
+    # No credentials in what the tests get: pytest prints fixture values when a test fails.
+    return {"work": work, "experiment": experiment, "export": export, "stdout": done.stdout}
+
+
+def test_runs_metrics_and_models_arrive_on_the_server(
+    proxied_run: dict[str, Any], mlflow_server: MlflowServer, rgw: Rgw
+) -> None:
+    runs = search_runs(mlflow_server, proxied_run["experiment"])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    parent = parents[0]
+    assert parent.data.tags["ampbench.baseline"] == "fp32"
+    pipeline_run = parent.data.tags["ampbench.pipeline_run_id"]
+    assert pipeline_run and parent.data.tags["kfp.run_id"] == pipeline_run
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["ampbench.pipeline_run_id"] == pipeline_run
+        assert child.data.tags["ampbench.device"] == "cpu"
+        assert child.data.tags["ampbench.autocast_dtype"] in ("none", "bfloat16")
+        assert child.data.params["model"] == "small-cnn"
+        assert len(child.data.params["dataset_sha256"]) == 64
+        history = client.get_metric_history(child.info.run_id, "test_accuracy")
+        assert sorted(m.step for m in history) == [1, 2]
+    models = client.search_logged_models(experiment_ids=[parent.info.experiment_id])
+    assert {m.source_run_id for m in models} == {c.info.run_id for c in children}
+    versions = client.search_model_versions(f"name='ampbench-{proxied_run['experiment']}'")
+    assert len(versions) == 2
+    # Proxied mode: every artifact went through the server into the bucket.
+    keys = rgw.list_keys(mlflow_server.bucket, "mlflow/")
+    for run in runs:
+        assert any(run.info.run_id in key and key.endswith("results.json") for key in keys), run
+    assert any(key.endswith("report.html") for key in keys)
+    assert any("MLmodel" in key for key in keys)
+
+
+def test_export_copies_report_plots_results_and_models(
+    proxied_run: dict[str, Any], rgw: Rgw
+) -> None:
+    bucket, prefix = proxied_run["export"].removeprefix("s3://").split("/", 1)
+    keys = {key.removeprefix(prefix + "/") for key in rgw.list_keys(bucket, prefix)}
+    assert {"results.json", "report.md", "report.html"} <= keys
+    assert {"models/fp32-seed0.pt", "models/amp-seed0.pt"} <= keys
+    assert len([k for k in keys if k.startswith("plots/")]) == 3
+    local = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
+    body = rgw.client().get_object(Bucket=bucket, Key=f"{prefix}/results.json")["Body"].read()
+    assert json.loads(body) == local
+    assert f"exported 8 files to {proxied_run['export']}" in proxied_run["stdout"]
+
+
+def test_report_is_rebuilt_from_mlflow_alone(
+    proxied_run: dict[str, Any], mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    env = {"MLFLOW_TRACKING_URI": mlflow_server.uri}
+    done = ampbench(
+        env, tmp_path, "report", "--experiment", proxied_run["experiment"],
+        "--output-dir", str(tmp_path / "again"),
+    )  # fmt: skip
+    assert "===== RESULTS =====" in done.stdout
+    original = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
+    rebuilt = json.loads((tmp_path / "again" / "results.json").read_text())
+    for key in ("speedup", "memory_ratio", "accuracy_delta_pp"):
+        assert rebuilt[key] == original[key]
+    assert rebuilt["runs"]["amp"]["per_seed"] == original["runs"]["amp"]["per_seed"]
+    assert (tmp_path / "again" / "report.html").is_file()
+
+
+def test_direct_artifact_mode(mlflow_server_direct: MlflowServer, rgw: Rgw, tmp_path: Path) -> None:
+    experiment = f"direct-{uuid.uuid4().hex[:8]}"
+    env = {"MLFLOW_TRACKING_URI": mlflow_server_direct.uri, **mlflow_server_direct.client_env()}
+    ampbench(
+        env,
+        tmp_path,
+        "run",
+        *SMALL_RUN,
+        "--experiment",
+        experiment,
+        "--output-dir",
+        str(tmp_path / "o"),
+    )
+    runs = search_runs(mlflow_server_direct, experiment)
+    assert len(runs) == 3
+    keys = rgw.list_keys(mlflow_server_direct.bucket, "direct/")
+    for run in runs:
+        assert any(run.info.run_id in key and key.endswith("results.json") for key in keys)
+
+
+def train_config(dataset: Path, epochs: int) -> TrainConfig:
+    return TrainConfig(
+        dataset_dir=dataset, precision="bf16", model="small-cnn", epochs=epochs,
+        batch_size=50, subset=200, device="cpu",
+    )  # fmt: skip
+
+
+def test_outage_mid_training_loses_nothing(
+    mlflow_server: MlflowServer,
+    synthetic_dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    experiment = f"outage-{uuid.uuid4().hex[:8]}"
+    finish_epoch = Trainer.finish_epoch
+
+    def with_outage(self: Trainer, epoch: int, *args: Any) -> dict[str, Any]:
+        if epoch == 0:  # down before epoch 1's metrics are sent...
+            mlflow_server.stop(grace=0)
+        if epoch == 2:  # ...and back before epoch 3's
+            mlflow_server.start()
+        return finish_epoch(self, epoch, *args)
+
+    monkeypatch.setattr(Trainer, "finish_epoch", with_outage)
+    try:
+        results = run_training(
+            train_config(synthetic_dataset, epochs=3),
+            tmp_path / "results.json",
+            tmp_path / "model.pt",
+            TrackingOptions(experiment=experiment),
+        )
+    finally:
+        mlflow_server.start()
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    run_id = results["mlflow"]["run_id"]
+    for metric in ("train_loss", "test_accuracy", "epoch_time_s"):
+        assert [m.step for m in client.get_metric_history(run_id, metric)] == [1, 2, 3], metric
+    assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_server_down_to_the_end_fails_after_writing_the_outputs(
+    mlflow_server: MlflowServer,
+    synthetic_dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast: the server is down
+    monkeypatch.setattr(tracking, "FINAL_FLUSH_ATTEMPTS", 2)
+    with mlflow_server.outage(), pytest.raises(AmpbenchError) as raised:
+        run_training(
+            train_config(synthetic_dataset, epochs=1),
+            tmp_path / "results.json",
+            tmp_path / "model.pt",
+            TrackingOptions(experiment=f"down-{uuid.uuid4().hex[:8]}"),
+        )
+    message = str(raised.value)
+    assert "stayed unreachable" in message and "the run itself" in message
+    assert "metric values" in message and "\n" not in message
+    assert json.loads((tmp_path / "results.json").read_text())["accuracy"] is not None
+    assert (tmp_path / "model.pt").is_file()
