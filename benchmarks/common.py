@@ -1,0 +1,55 @@
+"""What the benchmarks share: the CIFAR-10 archive's location, medians, and tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_ARCHIVE = Path(
+    os.environ.get("AMPBENCH_CIFAR10_ARCHIVE", REPO.parent / "shared/datasets/cifar10-jpeg.tar.gz")
+)
+
+
+def archive_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_ARCHIVE,
+        help=f"the CIFAR-10 archive (default {DEFAULT_ARCHIVE})",
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain text table, numbers right-aligned."""
+    cells = [[str(h) for h in header]] + [
+        [f"{v:,.2f}" if isinstance(v, float) else str(v) for v in row] for row in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(path: Path | None, data: Any) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {path}")

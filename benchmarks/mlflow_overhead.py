@@ -1,0 +1,144 @@
+"""Benchmark: what MLflow logging costs a training run, against the epoch it rides on.
+
+Per epoch the train step sends one batch of metrics (the engine's per-epoch record). This
+measures that call (median of 20 epochs) against a local sqlite store and against a real
+`mlflow server` on loopback, and compares it with the time of one CIFAR-10 epoch of the
+same training measured in the same run (ResNet-18, batch 128, on this machine: images/s
+from a short engine run, times 50,000 images). Goal (issue 5): <= 1 % of an epoch.
+The per-run costs (creating the run, logging the model at the end) are printed apart.
+
+    python benchmarks/mlflow_overhead.py [--data ARCHIVE] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from common import archive_argument, median, table, write_json
+
+from ampbench.components.prepare import SourceOptions, prepare_dataset
+from ampbench.components.train.engine import TrainConfig, Trainer
+from ampbench.components.train.models import build_model, example_input
+from ampbench.components.train.step import EPOCH_METRICS
+from ampbench.tracking import ArmRun
+
+EPOCHS = 20
+CIFAR_TRAIN_IMAGES = 50_000
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path) -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'server.db'}"]
+    command += ["--artifacts-destination", str(root / "artifacts")]
+    server = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{uri}/health", timeout=2) as response,
+            ):
+                if response.status == 200:
+                    break
+            time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+
+
+def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    started = time.perf_counter()
+    run = ArmRun(
+        "overhead", "benchmark", {"ampbench.precision": "fp32"}, {"lr": 0.1, "batch_size": 128}
+    )
+    create = time.perf_counter() - started
+    costs = []
+    for epoch in range(1, EPOCHS + 1):
+        record = {name: 0.5 / epoch for name in EPOCH_METRICS.values()}
+        started = time.perf_counter()
+        run.log_metrics(record, step=epoch)
+        costs.append(time.perf_counter() - started)
+    results = tmp / "results.json"
+    results.write_text("{}")
+    started = time.perf_counter()
+    run.finish(
+        {"results.json": results},
+        build_model("resnet18", 10).eval(),
+        example_input((32, 32, 3)).numpy(),
+    )
+    return {
+        "create_s": create,
+        "per_epoch_ms": 1000 * median(costs),
+        "finish_s": time.perf_counter() - started,
+    }
+
+
+def epoch_seconds(archive: Path, tmp: Path) -> dict[str, float]:
+    dataset = tmp / "prepared"
+    prepare_dataset(
+        str(archive), dataset, subset=25 * 128, options=SourceOptions(cache_dir=tmp / "c")
+    )
+    seconds = {}
+    for precision in ("fp32", "bf16"):
+        trainer = Trainer(
+            TrainConfig(dataset_dir=dataset, precision=precision, epochs=1, device="cpu")
+        )
+        trainer.eval_data = {}
+        throughput = trainer.run()["throughput_img_s"]
+        seconds[precision] = CIFAR_TRAIN_IMAGES / throughput
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    archive_argument(parser)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        costs = {"sqlite": logging_costs(f"sqlite:///{tmp / 'local.db'}", tmp)}
+        with mlflow_server(tmp) as uri:
+            costs["server"] = logging_costs(uri, tmp)
+        epochs = epoch_seconds(args.data, tmp)
+    rows = []
+    for store, cost in costs.items():
+        for precision, seconds in epochs.items():
+            share = cost["per_epoch_ms"] / 1000 / seconds * 100
+            rows.append([f"{store} / {precision}", cost["per_epoch_ms"], seconds, f"{share:.4f} %"])
+    print(f"MLflow per-epoch logging ({len(EPOCH_METRICS)} metrics, one log_batch) against one "
+          f"CIFAR-10 epoch of ResNet-18 on this {torch.get_num_threads()}-thread CPU")  # fmt: skip
+    print(table(["store / arm", "log ms/epoch", "epoch s", "share"], rows))
+    for store, cost in costs.items():
+        print(f"{store}: creating the run {cost['create_s']:.2f} s, finishing it (artifacts, "
+              f"log_model) {cost['finish_s']:.2f} s, once per run")  # fmt: skip
+    worst = max(cost["per_epoch_ms"] for cost in costs.values())
+    print(f"1 % holds for any epoch longer than {worst / 10:.2f} s")
+    write_json(args.json, {"costs": costs, "epoch_s": epochs})
+
+
+if __name__ == "__main__":
+    main()
