@@ -7,5 +7,6 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 
+PIPELINE_NAME = "ampbench"
 # The one place the component image is named; `ampbench compile --image` overrides it.
 DEFAULT_IMAGE = f"ghcr.io/ampbench/ampbench:{__version__}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from types import TracebackType
 
@@ -17,12 +18,19 @@ from tqdm import tqdm
 log = logging.getLogger("ampbench")
 
 
+def _environ_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
 def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    return _environ_int("RANK", 0)
 
 
 def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return _environ_int("WORLD_SIZE", 1)
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -59,6 +67,7 @@ class Progress:
         self.unit = unit
         self.interval = interval
         self.count = 0
+        self._lock = threading.Lock()
         self._start = time.perf_counter()
         self._last_line = self._start
         enabled = rank() == 0
@@ -72,14 +81,16 @@ class Progress:
         self._plain = enabled and self._bar is None
 
     def update(self, n: int = 1) -> None:
-        self.count += n
-        if self._bar is not None:
-            self._bar.update(n)
-            return
-        now = time.perf_counter()
-        if self._plain and now - self._last_line >= self.interval and self.count < self.total:
-            self._last_line = now
-            log.info("%s", self._line(now))
+        """Count n more; safe from several threads (decoders, S3 transfer threads)."""
+        with self._lock:
+            self.count += n
+            if self._bar is not None:
+                self._bar.update(n)
+                return
+            now = time.perf_counter()
+            if self._plain and now - self._last_line >= self.interval and self.count < self.total:
+                self._last_line = now
+                log.info("%s", self._line(now))
 
     def _line(self, now: float) -> str:
         elapsed = now - self._start

@@ -11,12 +11,16 @@ overrides it (an http(s):// server, for example).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
@@ -71,8 +75,15 @@ def flatten_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str
 
 
 class ArmRun:
-    """The MLflow run of one training arm. Nothing raised by MLflow reaches the training loop:
-    what cannot be sent now is kept and sent later; `finish` says what never arrived."""
+    """The MLflow run of one training arm.
+
+    Values are queued and sent by a background thread, so that the training loop never waits
+    for MLflow, and a server that is slow, down or restarting costs it nothing: what cannot
+    be sent is kept and sent when the server answers again (after a back-off). `finish`
+    sends what is left, retrying, and raises an error naming what never arrived.
+    """
+
+    RETRY_AFTER_S = 30.0  # back-off between attempts while the server does not answer
 
     def __init__(
         self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, Any]
@@ -81,59 +92,84 @@ class ArmRun:
         self.run_name = run_name
         self.tags = dict(tags)
         self.params = flatten_params(params)
+        self.params_logged = False
         self.pending: list[Any] = []
         self.run_id: str | None = None
         self.client = _client()
-        self._failing_since: float | None = None
-        self.flush()
+        self._failing = False
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._sender = threading.Thread(target=self._send_loop, name="mlflow-sender", daemon=True)
+        self._sender.start()
+        self._wake.set()  # create the run now, in the background
+
+    def _send_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                return
+            if not self.flush():
+                # Wait out the back-off, unless finish() wants the thread back sooner.
+                self._wake.wait(self.RETRY_AFTER_S)
 
     def _ensure_run(self) -> str:
-        if self.run_id is None:
-            from mlflow.entities import Param
+        from mlflow.entities import Param
 
+        if self.run_id is None:
             run = self.client.create_run(
                 experiment_id(self.client, self.experiment), run_name=self.run_name, tags=self.tags
             )
+            self.run_id = run.info.run_id
+        if not self.params_logged:
             params = [Param(k, v) for k, v in self.params.items()]
             for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
                 self.client.log_batch(
-                    run.info.run_id, params=params[start : start + MAX_PARAMS_PER_BATCH]
+                    self.run_id, params=params[start : start + MAX_PARAMS_PER_BATCH]
                 )
-            self.run_id = run.info.run_id
+            self.params_logged = True
         return self.run_id
 
     def flush(self) -> bool:
         """Send the run and everything pending; False (and kept for later) if MLflow is down."""
         try:
             run_id = self._ensure_run()
-            while self.pending:
-                chunk = self.pending[:MAX_METRICS_PER_BATCH]
+            while True:
+                with self._lock:
+                    chunk = self.pending[:MAX_METRICS_PER_BATCH]
+                if not chunk:
+                    break
                 self.client.log_batch(run_id, metrics=chunk)
-                del self.pending[:MAX_METRICS_PER_BATCH]
+                with self._lock:
+                    del self.pending[: len(chunk)]
         except Exception as error:
-            if self._failing_since is None:
-                self._failing_since = time.monotonic()
+            if not self._failing:
+                self._failing = True
                 log.warning(
                     "MLflow at %s unreachable (%s); buffering, will retry",
                     safe_tracking_uri(),
                     type(error).__name__,
                 )
             return False
-        if self._failing_since is not None:
+        if self._failing:
             log.info("MLflow reachable again; buffered values sent")
-            self._failing_since = None
+            self._failing = False
         return True
 
     def log_metrics(self, values: Mapping[str, float | int | None], step: int) -> None:
+        """Queue values (None ones are left out) for the sender; returns at once."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.pending += [
+        metrics = [
             Metric(key, float(value), now, step)
             for key, value in values.items()
             if value is not None
         ]
-        self.flush()
+        with self._lock:
+            self.pending += metrics
+        self._wake.set()
 
     def finish(
         self,
@@ -143,31 +179,36 @@ class ArmRun:
         registered_model_name: str | None = None,
     ) -> str:
         """Flush (retrying), log artifacts and the model, end the run; raise if any is lost."""
+        self._closing = True
+        self._wake.set()
+        self._sender.join()
         for attempt in range(FINAL_FLUSH_ATTEMPTS):
             if self.flush():
                 break
             time.sleep(min(30, 2**attempt))
         else:
-            what = f"{len(self.pending)} metric values" + (
-                "" if self.run_id else ", the run itself"
-            )
+            what = f"{len(self.pending)} metric values"
+            if self.run_id is None:
+                what += ", the run itself"
+            elif not self.params_logged:
+                what += ", its params"
             raise AmpbenchError(
                 f"MLflow at {safe_tracking_uri()} stayed unreachable: {what}, the artifacts and "
                 f"the model of run '{self.run_name}' were not logged (they are in this step's "
                 "outputs)"
             )
-        run_id = self._ensure_run()
+        assert self.run_id is not None
         try:
-            log_named_artifacts(self.client, run_id, artifacts)
+            log_named_artifacts(self.client, self.run_id, artifacts)
             if model is not None:
-                log_model(run_id, model, input_example, registered_model_name)
-            self.client.set_terminated(run_id, "FINISHED")
+                log_model(self.run_id, model, input_example, registered_model_name)
+            self.client.set_terminated(self.run_id, "FINISHED")
         except Exception as error:
             raise AmpbenchError(
                 f"MLflow at {safe_tracking_uri()}: logging the artifacts or model of run "
-                f"'{self.run_name}' failed ({type(error).__name__}: {error})"
+                f"'{self.run_name}' failed ({describe(error)})"
             ) from None
-        return run_id
+        return self.run_id
 
 
 def log_model(
@@ -200,22 +241,58 @@ def _pip_requirements() -> list[str]:
 
 def safe_tracking_uri() -> str:
     """The tracking URI without any user:password part."""
-    uri = tracking_uri()
-    if "@" in uri and "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        return f"{scheme}://{rest.split('@', 1)[1]}"
-    return uri
+    return without_credentials(tracking_uri())
+
+
+def without_credentials(uri: str) -> str:
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def describe(error: Exception) -> str:
+    """An MLflow error in one line, with any URL in it stripped of credentials (MLflow puts
+    the request URL, user:password included, into its messages)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    text = re.sub(
+        r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"]+", lambda m: without_credentials(m.group()), text
+    )
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def preload() -> None:
+    """Import MLflow's client now: a training run's memory readings start after this, and
+    the import (with sqlalchemy for a sqlite store) is no part of training."""
+    import mlflow.pytorch  # noqa: F401
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
+
+
+@contextmanager
+def mlflow_errors(what: str) -> Iterator[None]:
+    """Any MLflow failure inside becomes one line naming the server (no credentials)."""
+    try:
+        yield
+    except AmpbenchError:
+        raise
+    except Exception as error:
+        raise AmpbenchError(
+            f"MLflow at {safe_tracking_uri()}: {what} failed ({describe(error)})"
+        ) from None
 
 
 def open_parent_run(
     experiment: str, run_name: str, tags: Mapping[str, str], children: list[str]
 ) -> str:
     """Create the pipeline run's parent run and nest the arms' runs under it."""
-    client = _client()
-    run = client.create_run(experiment_id(client, experiment), run_name=run_name, tags=dict(tags))
-    for child in children:
-        client.set_tag(child, PARENT_TAG, run.info.run_id)
-    return run.info.run_id
+    with mlflow_errors("creating the pipeline's parent run"):
+        client = _client()
+        run = client.create_run(
+            experiment_id(client, experiment), run_name=run_name, tags=dict(tags)
+        )
+        for child in children:
+            client.set_tag(child, PARENT_TAG, run.info.run_id)
+        return run.info.run_id
 
 
 def log_named_artifacts(client: Any, run_id: str, artifacts: Mapping[str, Path]) -> None:
@@ -234,11 +311,12 @@ def finish_parent_run(
     """Log the headline metrics and the artifacts (saved under the given names); end the run."""
     from mlflow.entities import Metric
 
-    client = _client()
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
-    log_named_artifacts(client, run_id, artifacts)
-    client.set_terminated(run_id, "FINISHED")
+    with mlflow_errors(f"logging the report to run {run_id}"):
+        client = _client()
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+        log_named_artifacts(client, run_id, artifacts)
+        client.set_terminated(run_id, "FINISHED")
 
 
 def download_arm_results(
@@ -249,41 +327,57 @@ def download_arm_results(
     Returns (parent run id, baseline arm, {arm: [results files]}); without a parent run id,
     the newest pipeline run of the experiment.
     """
-    client = _client()
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise AmpbenchError(
-            f"--experiment {experiment}: no such experiment at {safe_tracking_uri()}"
+    with mlflow_errors("reading the runs"):
+        client = _client()
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise AmpbenchError(
+                f"--experiment {experiment}: no such experiment at {safe_tracking_uri()}"
+            )
+        if parent_run_id is None:
+            parents = client.search_runs(
+                [found.experiment_id],
+                filter_string=f"tags.`{BASELINE_TAG}` != ''",
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+            if not parents:
+                raise AmpbenchError(f"--experiment {experiment}: holds no ampbench pipeline run")
+            parent = parents[0]
+        else:
+            parent = _get_run(client, parent_run_id)
+        baseline = parent.data.tags.get(BASELINE_TAG)
+        if not baseline:
+            raise AmpbenchError(
+                f"run {parent.info.run_id}: not the parent run of an ampbench pipeline"
+            )
+        children = client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
         )
-    if parent_run_id is None:
-        parents = client.search_runs(
-            [found.experiment_id],
-            filter_string=f"tags.`{BASELINE_TAG}` != ''",
-            order_by=["attributes.start_time DESC"],
-            max_results=1,
-        )
-        if not parents:
-            raise AmpbenchError(f"--experiment {experiment}: holds no ampbench pipeline run")
-        parent = parents[0]
-    else:
-        try:
-            parent = client.get_run(parent_run_id)
-        except Exception:
-            raise AmpbenchError(f"--parent-run-id {parent_run_id}: no such run") from None
-    baseline = parent.data.tags.get(BASELINE_TAG)
-    if not baseline:
-        raise AmpbenchError(f"run {parent.info.run_id}: not the parent run of an ampbench pipeline")
-    children = client.search_runs(
-        [parent.info.experiment_id],
-        filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
-    )
-    arms: dict[str, list[Path]] = {}
-    for child in children:
-        arm = child.data.tags.get(PRECISION_TAG, "")
-        target = directory / child.info.run_id
-        target.mkdir(parents=True, exist_ok=True)
-        local = client.download_artifacts(child.info.run_id, RESULTS_ARTIFACT, str(target))
-        arms.setdefault(arm, []).append(Path(local))
+        arms: dict[str, list[Path]] = {}
+        for child in children:
+            target = directory / child.info.run_id
+            target.mkdir(parents=True, exist_ok=True)
+            try:
+                local = client.download_artifacts(child.info.run_id, RESULTS_ARTIFACT, str(target))
+            except Exception:
+                raise AmpbenchError(
+                    f"arm run {child.info.run_id} has no {RESULTS_ARTIFACT} (its training did "
+                    "not finish?)"
+                ) from None
+            arms.setdefault(child.data.tags.get(PRECISION_TAG, ""), []).append(Path(local))
     if not arms:
         raise AmpbenchError(f"run {parent.info.run_id}: has no arm runs")
     return parent.info.run_id, baseline, arms
+
+
+def _get_run(client: Any, run_id: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as error:
+        if error.error_code == "RESOURCE_DOES_NOT_EXIST":
+            raise AmpbenchError(f"--parent-run-id {run_id}: no such run") from None
+        raise

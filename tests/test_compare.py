@@ -19,7 +19,7 @@ from ampbench.components.compare.report import (
     results_block,
 )
 from ampbench.components.compare.stats import estimate
-from ampbench.components.compare.step import CompareOutputs, run_comparison
+from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.errors import AmpbenchError
 
 PUBLISHED_BLOCK = """===== RESULTS =====
@@ -43,7 +43,8 @@ def arm_result(
         "device_name": "test cpu",
         "model": "small-cnn",
         "memory_kind": "cpu_peak_rss_growth",
-        "hyperparameters": {"seed": seed},
+        "hyperparameters": {"seed": seed, "epochs": 1, "batch_size": 128, "lr": 0.1},
+        "dataset": {"sha256": "ab" * 32, "train_images": 50000},
         "accuracy": accuracy,
         "peak_memory_mb": memory,
         "train_time_s": time_s,
@@ -101,6 +102,31 @@ def test_several_seeds_give_means_and_paired_intervals() -> None:
     assert "±" in render_markdown(comparison)
 
 
+def test_runs_of_different_experiments_are_not_compared() -> None:
+    other = arm_result("amp", 0, 0.7, 1.0, 1.0)
+    other["hyperparameters"]["epochs"] = 5
+    with pytest.raises(AmpbenchError, match=r"differ in epochs \(1, 5\)"):
+        compare_arms({"fp32": [arm_result("fp32", 0, 0.7, 1.0, 1.0)], "amp": [other]})
+    with pytest.raises(AmpbenchError, match=r"arm amp: results of several precisions"):
+        compare_arms(
+            {
+                "fp32": [arm_result("fp32", 0, 0.7, 1.0, 1.0)],
+                "amp": [arm_result("amp", 0, 0.7, 1.0, 1.0), arm_result("bf16", 1, 0.7, 1.0, 1.0)],
+            }
+        )
+
+
+def test_other_arm_names_are_said_under_the_results_block() -> None:
+    comparison = compare_arms(
+        {
+            "tf32": [arm_result("tf32", 0, 0.70, 3000.0, 300.0)],
+            "bf16": [arm_result("bf16", 0, 0.68, 1500.0, 120.0)],
+        },
+        baseline="tf32",
+    )
+    assert "(FP32 is arm tf32, Mixed is arm bf16)" in render_text(comparison)
+
+
 def test_missing_baseline_and_unpaired_seeds_are_errors() -> None:
     with pytest.raises(AmpbenchError, match="baseline arm 'fp32'"):
         compare_arms({"amp": [arm_result("amp", 0, 0.7, 1.0, 1.0)]})
@@ -152,8 +178,28 @@ def test_html_report_is_self_contained(tmp_path: Path) -> None:
     assert "===== RESULTS =====" in page and "<table>" in page and "±" in page
 
 
+def test_mlflow_down_keeps_the_outputs_and_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://user:hunter2@127.0.0.1:9")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    fp32 = _write(tmp_path / "fp32.json", arm_result("fp32", 0, 0.70, 3000.0, 300.0))
+    amp = _write(tmp_path / "amp.json", arm_result("amp", 0, 0.65, 1500.0, 100.0))
+    outputs = CompareOutputs.in_directory(tmp_path / "out")
+    with pytest.raises(AmpbenchError) as raised:
+        run_comparison({"fp32": [fp32], "amp": [amp]}, outputs, parent_run=ParentRunOptions())
+    message = str(raised.value)
+    assert message.startswith("MLflow at http://127.0.0.1:9: creating the pipeline's parent run")
+    assert "hunter2" not in message and "\n" not in message
+    assert json.loads(outputs.comparison.read_text())["speedup"] == pytest.approx(3.0)
+    assert outputs.html.is_file()
+
+
 def test_unreadable_results_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(AmpbenchError, match=r"bad\.json"):
         run_comparison({"fp32": [bad], "amp": [bad]}, CompareOutputs.in_directory(tmp_path))
+    incomplete = _write(tmp_path / "partial.json", {"train_time_s": 1.0})
+    with pytest.raises(AmpbenchError, match=r"partial\.json: not the results .* \(no precision"):
+        run_comparison({"fp32": [incomplete]}, CompareOutputs.in_directory(tmp_path))

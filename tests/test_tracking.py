@@ -15,7 +15,8 @@ import pytest
 from mlflow import MlflowClient
 
 from ampbench import tracking
-from ampbench.components.train.engine import TrainConfig, Trainer
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.engine import Trainer
 from ampbench.components.train.step import TrackingOptions, run_training
 from ampbench.errors import AmpbenchError
 
@@ -88,6 +89,8 @@ def test_runs_metrics_and_models_arrive_on_the_server(
         assert len(child.data.params["dataset_sha256"]) == 64
         history = client.get_metric_history(child.info.run_id, "test_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
+    # The same metric names in every arm, so that MLflow's compare view lines them up.
+    assert len({frozenset(child.data.metrics) for child in children}) == 1
     models = client.search_logged_models(experiment_ids=[parent.info.experiment_id])
     assert {m.source_run_id for m in models} == {c.info.run_id for c in children}
     versions = client.search_model_versions(f"name='ampbench-{proxied_run['experiment']}'")

@@ -77,8 +77,9 @@ def summarize_arm(runs: Sequence[Mapping[str, Any]], arm: str) -> dict[str, Any]
     summary: dict[str, Any] = {field: first.get(field) for field in ARM_FIELDS}
     for field in FIGURES:
         values = [run[field] for run in runs if run.get(field) is not None]
-        summary[field] = estimate(values).mean if values else None
-        summary[f"{field}_ci95"] = estimate(values).as_dict() if values else None
+        result = estimate(values) if values else None
+        summary[field] = result.mean if result else None
+        summary[f"{field}_ci95"] = result.as_dict() if result else None
     summary["memory_kind"] = first.get("memory_kind")
     summary["seeds"] = sorted(by_seed)
     summary["epochs"] = _mean_epochs(runs)
@@ -95,12 +96,40 @@ def _paired(
     return seeds
 
 
+# What must be the same in every run compared, whatever its arm or seed.
+COMMON = {
+    "model": lambda r: r["model"],
+    "dataset": lambda r: r["dataset"].get("sha256"),
+    "train images": lambda r: r["dataset"].get("train_images"),
+    "epochs": lambda r: r["hyperparameters"].get("epochs"),
+    "batch size": lambda r: r["hyperparameters"].get("batch_size"),
+    "learning rate": lambda r: r["hyperparameters"].get("lr"),
+    "device": lambda r: r.get("device"),
+}
+
+
+def check_comparable(arms: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """Refuse to average or compare runs that are not the same experiment."""
+    for name, runs in arms.items():
+        precisions = {run["precision"] for run in runs}
+        if len(precisions) > 1:
+            raise AmpbenchError(f"arm {name}: results of several precisions {sorted(precisions)}")
+    everything = [run for runs in arms.values() for run in runs]
+    for what, value_of in COMMON.items():
+        values = {str(value_of(run)) for run in everything}
+        if len(values) > 1:
+            raise AmpbenchError(
+                f"the results differ in {what} ({', '.join(sorted(values))}): not one experiment"
+            )
+
+
 def compare_arms(
     arms: Mapping[str, Sequence[Mapping[str, Any]]], baseline: str = "fp32"
 ) -> dict[str, Any]:
     """The comparison of every arm with `baseline`; see the module docstring."""
     if baseline not in arms:
         raise AmpbenchError(f"no results for the baseline arm '{baseline}'")
+    check_comparable(arms)
     summaries = {name: summarize_arm(runs, name) for name, runs in arms.items()}
     base_runs = _by_seed(arms[baseline], baseline)
     comparisons: dict[str, Any] = {}
@@ -174,8 +203,10 @@ def render_text(comparison: Mapping[str, Any]) -> str:
     runs = comparison["runs"]
     this = comparison["comparisons"][headline]
     memory_ratio = this["memory_ratio"]
-    lines = [
-        results_block(runs[baseline], runs[headline]),
+    lines = [results_block(runs[baseline], runs[headline])]
+    if (baseline, headline) != ("fp32", "amp"):
+        lines.append(f"(FP32 is arm {baseline}, Mixed is arm {headline})")
+    lines += [
         "",
         f"Speedup ({baseline} time / {headline} time): {this['speedup']:.2f}x",
         "Memory ratio ({} / {}): {}".format(
@@ -229,10 +260,10 @@ def _description(comparison: Mapping[str, Any]) -> str:
 def _notes(comparison: Mapping[str, Any]) -> list[str]:
     memory_kind = comparison["runs"][comparison["baseline"]].get("memory_kind")
     memory = (
-        "torch.cuda.max_memory_allocated."
+        "torch.cuda.max_memory_allocated"
         if memory_kind == "cuda_max_allocated"
-        else "growth of the process's peak RSS during the run (CPU)."
-    )
+        else "growth of the process's peak RSS during the run (CPU)"
+    ) + ", the data set held on the device included."
     return [
         "Figures are means over seeds; ± is the half-width of a 95 % Student-t interval "
         "(for ratios: over the per-seed ratios of runs paired by seed).",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampbench import PIPELINE_NAME
 from ampbench.components.compare.plots import write_plots
 from ampbench.components.compare.report import compare_arms, render_html, render_markdown
 from ampbench.errors import AmpbenchError
@@ -21,8 +22,6 @@ from ampbench.tracking import (
     open_parent_run,
 )
 
-PIPELINE_NAME = "ampbench"
-
 
 @dataclass(frozen=True)
 class ParentRunOptions:
@@ -31,13 +30,21 @@ class ParentRunOptions:
     run_name: str = ""
 
 
+REQUIRED_FIELDS = ("precision", "hyperparameters", "dataset", "model", "epochs", "accuracy")
+REQUIRED_FIELDS += ("train_time_s", "peak_memory_mb")
+
+
 def load_results(path: Path) -> dict[str, Any]:
     try:
         results = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise AmpbenchError(f"{path}: not a readable results file ({error})") from None
-    if not isinstance(results, dict) or "train_time_s" not in results:
-        raise AmpbenchError(f"{path}: not the results of an ampbench training run")
+    missing = [f for f in REQUIRED_FIELDS if not isinstance(results, dict) or f not in results]
+    if missing or "seed" not in results["hyperparameters"]:
+        what = ", ".join(missing) or "hyperparameters.seed"
+        raise AmpbenchError(f"{path}: not the results of an ampbench training run (no {what})")
+    if results["accuracy"] is None:
+        raise AmpbenchError(f"{path}: the run has no test accuracy (its dataset has no test split)")
     return results
 
 
@@ -77,6 +84,8 @@ def run_comparison(
     plots = write_plots(comparison, outputs.plots)
     outputs.report.write_text(render_markdown(comparison), encoding="utf-8")
     outputs.html.write_text(render_html(comparison, plots), encoding="utf-8")
+    outputs.comparison.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
+    # The outputs are written before MLflow is asked anything: if it fails, they stay.
     if parent_run is not None:
         children = [
             run["mlflow"]["run_id"]
@@ -95,8 +104,7 @@ def run_comparison(
             children,
         )
         comparison["mlflow"] = {"experiment": parent_run.experiment, "parent_run_id": run_id}
-    outputs.comparison.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
-    if parent_run is not None:
+        outputs.comparison.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
         headline = {
             key: comparison[key]
             for key in ("speedup", "memory_ratio", "accuracy_delta_pp")
@@ -108,7 +116,7 @@ def run_comparison(
             "report.html": outputs.html,
             **{f"plots/{plot.name}": plot for plot in plots},
         }
-        finish_parent_run(comparison["mlflow"]["parent_run_id"], artifacts, headline)
+        finish_parent_run(run_id, artifacts, headline)
     log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
     if max_accuracy_drop_pp is not None:
         for name, this in comparison["comparisons"].items():
