@@ -9,49 +9,45 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ampbench import DEFAULT_IMAGE, __version__, storage
+from ampbench import __version__, storage
+from ampbench.argtypes import non_negative_int, non_negative_number, positive_int, seed_list
 from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
+from ampbench.pipelines.compile import add_build_options
 from ampbench.pipelines.submit import add_commands as _add_kfp
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+def _add_training_options(parser: argparse.ArgumentParser) -> None:
+    """What `run` and `train` share, with TrainConfig's defaults."""
+    from ampbench.components.train import MODELS
+    from ampbench.components.train.config import TrainConfig
+
+    parser.add_argument(
+        "--subset", type=non_negative_int, default=0, help="at most N images per split"
+    )
+    parser.add_argument("--epochs", type=positive_int, default=TrainConfig.epochs)
+    parser.add_argument("--batch-size", type=positive_int, default=TrainConfig.batch_size)
+    parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
+    parser.add_argument("--model", choices=MODELS, default=TrainConfig.model)
+    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 
-def _positive_int(text: str) -> int:
-    value = _whole_number(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _whole_number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
-
-
-def _seed_list(text: str) -> list[int]:
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' is not a comma-separated list of integers"
-        ) from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"'{text}': give one or more distinct seeds, e.g. 0,1,2")
-    return seeds
+def _add_accuracy_gate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-accuracy-drop",
+        type=non_negative_number,
+        metavar="PP",
+        help="fail when the AMP arm loses more than PP percentage points of accuracy",
+    )
 
 
 # -- run ----------------------------------------------------------------------------------------
 def _add_run(commands: argparse._SubParsersAction) -> None:
+    from ampbench.components.train import PRECISIONS
+
     parser = commands.add_parser(
         "run",
         help="run the whole pipeline here with the KFP local runner",
@@ -59,32 +55,21 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         "runner, track the runs in MLflow, and print the RESULTS block.",
     )
     parser.add_argument("--data", default="cifar10", help="data source (default: cifar10)")
-    parser.add_argument(
-        "--subset", type=_non_negative_int, default=0, help="at most N images per split"
-    )
-    parser.add_argument("--epochs", type=_positive_int, default=2)
-    parser.add_argument("--batch-size", type=_positive_int, default=128)
-    parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
+    _add_training_options(parser)
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, help="one seed (default 0)")
-    seeds.add_argument("--seeds", type=_seed_list, help="several seeds, e.g. 0,1,2")
+    seeds.add_argument("--seeds", type=seed_list, help="several seeds, e.g. 0,1,2")
     parser.add_argument(
-        "--model", default="resnet18", help="resnet18, resnet18-imagenet, small-cnn"
+        "--baseline-precision", choices=PRECISIONS, default="fp32", help="the baseline arm"
     )
-    parser.add_argument("--baseline-precision", default="fp32", help="the baseline arm (fp32)")
-    parser.add_argument("--precision", default="amp", help="the mixed-precision arm (amp)")
-    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument(
-        "--max-accuracy-drop",
-        type=float,
-        default=None,
-        metavar="PP",
-        help="fail when the AMP arm loses more than PP percentage points of accuracy",
+        "--precision", choices=PRECISIONS, default="amp", help="the mixed-precision arm"
     )
+    _add_accuracy_gate(parser)
     parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
     parser.add_argument(
-        "--checkpoint-dir", help="checkpoints (local or s3://), so that a rerun resumes"
+        "--checkpoint-dir",
+        help="where training tasks checkpoint (local or s3://); a retried task resumes there",
     )
     parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
     parser.add_argument(
@@ -96,16 +81,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ampbench.components.train import MODELS, PRECISIONS
     from ampbench.pipelines.local import export, run_local, summary_lines
 
-    for option, value, allowed in (
-        ("--model", args.model, MODELS),
-        ("--precision", args.precision, PRECISIONS),
-        ("--baseline-precision", args.baseline_precision, PRECISIONS),
-    ):
-        if value not in allowed:
-            raise AmpbenchError(f"{option}: '{value}' is not one of {', '.join(allowed)}")
     seeds = args.seeds or [args.seed if args.seed is not None else 0]
     arguments = {
         "data": args.data,
@@ -141,13 +118,7 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
         "compile", help="write the pipeline YAML for Kubeflow", description="Compile the pipeline."
     )
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"component image ({DEFAULT_IMAGE})")
-    parser.add_argument(
-        "--schedule",
-        choices=("parallel", "sequential"),
-        default="parallel",
-        help="train the arms at once (one GPU node each) or one after another",
-    )
+    add_build_options(parser)
     parser.set_defaults(handler=_compile)
 
 
@@ -174,7 +145,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument(
-        "--subset", type=_non_negative_int, default=0, help="at most N images per split"
+        "--subset", type=non_negative_int, default=0, help="at most N images per split"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of subsets and splits")
     parser.add_argument("--val-fraction", type=float, default=0.0, help="carve val from train")
@@ -184,10 +155,10 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
         default=0.2,
         help="test share of a single class-folder tree (no train/ and test/)",
     )
-    parser.add_argument("--image-size", type=_positive_int, help="resize images to SIZE x SIZE")
+    parser.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE")
     parser.add_argument("--skip-bad-images", action="store_true", help="skip unreadable images")
-    parser.add_argument("--max-extract-bytes", type=_positive_int, help="archive size limit")
-    parser.add_argument("--max-members", type=_positive_int, help="archive member-count limit")
+    parser.add_argument("--max-extract-bytes", type=positive_int, help="archive size limit")
+    parser.add_argument("--max-members", type=positive_int, help="archive member-count limit")
     parser.add_argument("--cache-dir", type=Path, help="downloads and prepared datasets")
     parser.add_argument("--no-cache", action="store_true", help="prepare again even if cached")
     parser.set_defaults(handler=_prepare)
@@ -220,7 +191,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 # -- train --------------------------------------------------------------------------------------
 def _add_train(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train import MODELS, PRECISIONS
+    from ampbench.components.train import PRECISIONS
+    from ampbench.components.train.config import TrainConfig
 
     parser = commands.add_parser(
         "train",
@@ -231,29 +203,36 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--dataset", type=Path, required=True, help="a prepared dataset directory")
     parser.add_argument("--precision", required=True, choices=PRECISIONS)
     parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--epochs", type=_positive_int, default=2)
-    parser.add_argument("--batch-size", type=_positive_int, default=128)
-    parser.add_argument("--lr", type=float, default=0.1, help="peak learning rate")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", choices=MODELS, default="resnet18")
-    parser.add_argument("--label-smoothing", type=float, default=0.0)
+    _add_training_options(parser)
+    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
+    parser.add_argument("--label-smoothing", type=float, default=TrainConfig.label_smoothing)
+    parser.add_argument(
+        "--warmup-fraction",
+        type=float,
+        default=TrainConfig.warmup_fraction,
+        help="share of the steps the learning rate warms up over",
+    )
+    parser.add_argument("--eval-batch-size", type=positive_int, default=TrainConfig.eval_batch_size)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--deterministic", action="store_true", help="deterministic algorithms")
-    parser.add_argument(
-        "--subset", type=_non_negative_int, default=0, help="at most N images per split"
-    )
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--device", default=TrainConfig.device, help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--checkpoint-dir", help="local directory or s3:// prefix")
-    parser.add_argument("--checkpoint-every", type=_non_negative_int, default=0, help="steps")
-    parser.add_argument("--keep-checkpoints", type=_positive_int, default=3)
+    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, help="steps")
+    parser.add_argument(
+        "--keep-checkpoints", type=positive_int, default=TrainConfig.keep_checkpoints
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
-    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument(
+        "--max-skipped-steps",
+        type=positive_int,
+        default=TrainConfig.max_skipped_steps,
+        help="fp16: stop after this many loss-scale skips in a row",
+    )
     parser.set_defaults(handler=_train)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ampbench.components.train.engine import TrainConfig
+    from ampbench.components.train.config import TrainConfig
     from ampbench.components.train.step import TrackingOptions, run_training
 
     config = TrainConfig(
@@ -265,6 +244,9 @@ def _train(args: argparse.Namespace) -> int:
         seed=args.seed,
         model=args.model,
         label_smoothing=args.label_smoothing,
+        warmup_fraction=args.warmup_fraction,
+        eval_batch_size=args.eval_batch_size,
+        max_skipped_steps=args.max_skipped_steps,
         compile=args.compile,
         deterministic=args.deterministic,
         subset=args.subset,
@@ -299,7 +281,7 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--baseline", nargs="+", type=Path, required=True, metavar="RESULTS")
     parser.add_argument("--amp", nargs="+", type=Path, required=True, metavar="RESULTS")
     parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--max-accuracy-drop", type=float, default=None, metavar="PP")
+    _add_accuracy_gate(parser)
     parser.set_defaults(handler=_compare)
 
 
@@ -360,7 +342,7 @@ def _add_ui(commands: argparse._SubParsersAction) -> None:
         help="browse the runs in the MLflow UI",
         description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
     )
-    parser.add_argument("--port", type=_positive_int, default=5000)
+    parser.add_argument("--port", type=positive_int, default=5000)
     parser.set_defaults(handler=_ui)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from kfp import compiler
 
 from ampbench import DEFAULT_IMAGE
-from ampbench.pipelines.pipeline import build_pipeline
+from ampbench.pipelines.pipeline import SCHEDULES, build_pipeline
 
 DEFAULT_OUTPUT = Path("ampbench-pipeline.yaml")
 
@@ -18,3 +19,14 @@ def compile_pipeline(
     output.parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(build_pipeline(image=image, schedule=schedule), str(output))
     return output
+
+
+def add_build_options(parser: argparse.ArgumentParser) -> None:
+    """--image and --schedule, for the commands that compile the pipeline."""
+    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"component image ({DEFAULT_IMAGE})")
+    parser.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="parallel",
+        help="train the arms at once (one GPU node each) or one after another",
+    )

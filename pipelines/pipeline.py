@@ -13,12 +13,11 @@ from kfp.dsl.base_component import BaseComponent
 from kfp.dsl.graph_component import GraphComponent
 from kfp.dsl.pipeline_channel import PipelineParameterChannel
 
-from ampbench import DEFAULT_IMAGE
+from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
 
-PIPELINE_NAME = "ampbench"
 SCHEDULES = ("parallel", "sequential")
 DEFAULT_TRAIN_TIMEOUT_S = 6 * 3600
 TRAIN_RETRIES = 2

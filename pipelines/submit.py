@@ -38,9 +38,11 @@ from kfp.client import (
 )
 from kfp.client.client import KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, KF_PIPELINES_ENDPOINT_ENV
 
-from ampbench import DEFAULT_IMAGE, __version__
+from ampbench import __version__
+from ampbench.argtypes import number, positive_number, whole_number
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+from ampbench.pipelines.compile import add_build_options
 
 # Where a pod finds a token when --token-file is not given, after $KF_PIPELINES_SA_TOKEN_PATH:
 # the token projected for KFP (audience pipelines.kubeflow.org), then the plain service-account
@@ -180,11 +182,14 @@ def submit_run(
     wait: bool,
     timeout: float | None,
     poll_interval: float = DEFAULT_POLL_INTERVAL_S,
+    enable_caching: bool | None = None,
 ) -> RunInfo:
     """Create a run of `pipeline_file` in `experiment` (created if missing); optionally wait.
 
     experiment: None takes $KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, else "ampbench".
     Waiting ends in SUCCEEDED, or raises AmpbenchError for any other end state or `timeout`.
+    enable_caching: None keeps each task's own setting (prepare cached, training not);
+    False runs every task afresh.
     """
     experiment = experiment or os.environ.get(KF_PIPELINES_DEFAULT_EXPERIMENT_NAME)
     multi_user = getattr(client, "ampbench_multi_user", False)
@@ -201,6 +206,7 @@ def submit_run(
             run_name=run_name,
             experiment_name=experiment or DEFAULT_EXPERIMENT,
             namespace=namespace,
+            enable_caching=enable_caching,
         )
     if not result.run_id:
         raise AmpbenchError(_not_the_api(client, "the new run has no id"))
@@ -473,20 +479,6 @@ def pipeline_description() -> str | None:
     return build_pipeline().description
 
 
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-
-
 def _scalar(text: str) -> Any:
     try:
         return json.loads(text)
@@ -561,8 +553,8 @@ def _add_pipeline_options(
             options["metavar"] = flag.removeprefix("--").replace("-", "_").upper()
             options["type"] = {
                 "String": str,
-                "Integer": _integer,
-                "Float": _number,
+                "Integer": whole_number,
+                "Float": number,
                 "List": _list_parser(parameter.default),
                 "Dict": _json_object,
             }[parameter.type]
@@ -571,13 +563,6 @@ def _add_pipeline_options(
 
 
 # -- the commands -------------------------------------------------------------------------------
-def _positive_seconds(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
-    return value
-
-
 def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     connection = parser.add_argument_group("Kubeflow Pipelines")
     connection.add_argument(
@@ -592,16 +577,6 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a file holding the bearer token (default: the pod's service-account token, "
         f"${KF_PIPELINES_SA_TOKEN_ENV} or {KF_PIPELINES_SA_TOKEN_PATH}, if there is one)",
-    )
-
-
-def _add_build_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"component image ({DEFAULT_IMAGE})")
-    parser.add_argument(
-        "--schedule",
-        choices=("parallel", "sequential"),
-        default="parallel",
-        help="train the arms at once (one GPU node each) or one after another",
     )
 
 
@@ -625,16 +600,22 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--wait", action="store_true", help="wait for the run; fail unless it succeeds"
     )
     run.add_argument(
-        "--timeout", type=_positive_seconds, metavar="S", help="with --wait: give up after S s"
+        "--no-cache",
+        action="store_true",
+        help="run every task afresh: KFP caches prepare by its inputs, and does not notice "
+        "that an s3:// object or a path now holds other data",
+    )
+    run.add_argument(
+        "--timeout", type=positive_number, metavar="S", help="with --wait: give up after S s"
     )
     run.add_argument(
         "--poll-interval",
-        type=_positive_seconds,
+        type=positive_number,
         default=DEFAULT_POLL_INTERVAL_S,
         metavar="S",
         help=f"with --wait: seconds between polls (default {DEFAULT_POLL_INTERVAL_S:g})",
     )
-    _add_build_options(submit)
+    add_build_options(submit)
     parameters = pipeline_parameters()
     _add_pipeline_options(submit, parameters)
     submit.set_defaults(handler=_submit, pipeline_parameters=parameters)
@@ -657,7 +638,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "ampbench version, date and time)",
     )
     upload.add_argument("--description", help="default: the pipeline's own description")
-    _add_build_options(upload)
+    add_build_options(upload)
     upload.set_defaults(handler=_upload)
 
 
@@ -685,6 +666,7 @@ def _submit(args: argparse.Namespace) -> int:
             wait=args.wait,
             timeout=args.timeout,
             poll_interval=args.poll_interval,
+            enable_caching=False if args.no_cache else None,
         )
     if run.state is None:
         print(f"submitted run '{run.run_name}' ({run.run_id}): {run.url}")

@@ -30,9 +30,15 @@ def test_prepare_component(local_runner: Path) -> None:
     assert dataset.metadata["counts"] == {"train": 50, "test": 50}
 
 
-def test_prepare_component_fails_cleanly_on_bad_input(local_runner: Path) -> None:
+def test_prepare_component_fails_cleanly_on_bad_input(
+    local_runner: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(RuntimeError, match="FAILURE"):
         prepare(data="/no/such/dataset")
+    step_log = capsys.readouterr().out  # the local runner prints the step's output here
+    errors = [line for line in step_log.splitlines() if "ERROR: prepare:" in line]
+    assert len(errors) == 1 and "/no/such/dataset: no such file or directory" in errors[0]
+    assert "Traceback" not in step_log
 
 
 def test_train_component(local_runner: Path) -> None:

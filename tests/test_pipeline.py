@@ -45,9 +45,9 @@ def test_four_steps_with_two_training_tasks_of_one_component(
 ) -> None:
     tasks = all_tasks(compiled[0])
     assert {"prepare", "train-fp32", "train-amp", "compare"} <= set(tasks)
-    assert tasks["train-fp32"]["componentRef"]["name"].rstrip("-2") == tasks["train-amp"][
-        "componentRef"
-    ]["name"].rstrip("-2")
+    spec = compiled[0]
+    # The same component (same code) twice: the compiler names the copies apart.
+    assert executor_of(spec, tasks["train-fp32"]) == executor_of(spec, tasks["train-amp"])
     fp32 = tasks["train-fp32"]["inputs"]["parameters"]["precision"]
     amp = tasks["train-amp"]["inputs"]["parameters"]["precision"]
     assert fp32 == {"componentInputParameter": "pipelinechannel--baseline_precision"}
@@ -175,3 +175,19 @@ def test_sequential_schedule_trains_one_arm_after_the_other(tmp_path: Path) -> N
     assert fp32_task in tasks["train-amp"]["dependentTasks"]
     loop = spec["root"]["dag"]["tasks"]["for-loop-1"]
     assert loop["iteratorPolicy"]["parallelismLimit"] == 1
+
+
+def test_defaults_agree_with_the_training_engine(compiled: list[dict[str, Any]]) -> None:
+    """The pipeline's, the train component's and TrainConfig's defaults are written in three
+    places (KFP needs literals in signatures); they must not drift apart."""
+    import inspect
+
+    from ampbench.components.train.component import train
+    from ampbench.components.train.config import TrainConfig
+
+    pipeline = compiled[0]["root"]["inputDefinitions"]["parameters"]
+    component = inspect.signature(train.python_func).parameters
+    for name, field in (("epochs", "epochs"), ("batch_size", "batch_size"), ("lr", "lr"),
+                        ("model_name", "model")):  # fmt: skip
+        assert pipeline[name]["defaultValue"] == getattr(TrainConfig, field), name
+        assert component[name].default == getattr(TrainConfig, field), name

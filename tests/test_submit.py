@@ -12,6 +12,7 @@ import pytest
 import yaml
 from kfp_standin import KfpStandIn
 
+from ampbench import DEFAULT_IMAGE
 from ampbench.cli import build_parser, main
 from ampbench.pipelines import submit
 from ampbench.pipelines.compile import compile_pipeline
@@ -150,6 +151,23 @@ def test_submit_sends_only_the_parameters_given(
     assert "authorization" not in create.headers  # no token anywhere: none sent
     # The default KFP experiment.
     assert [e["display_name"] for e in standin.experiments.values()] == ["ampbench"]
+
+
+def test_no_cache_turns_caching_off_for_every_task(
+    capsys: pytest.CaptureFixture[str], standin: KfpStandIn
+) -> None:
+    def caching(body: dict) -> list[bool]:
+        spec = body["pipeline_spec"].get("pipeline_spec", body["pipeline_spec"])
+        dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+        tasks = [task for dag in dags for task in dag["tasks"].values()]
+        return [task.get("cachingOptions", {}).get("enableCache", False) for task in tasks]
+
+    code, _, err = cli(capsys, "submit", "--host", standin.url)
+    assert code == 0, err
+    assert any(caching(standin.matching("POST", RUNS)[-1].json()))  # prepare is cached
+    code, _, err = cli(capsys, "submit", "--host", standin.url, "--no-cache")
+    assert code == 0, err
+    assert not any(caching(standin.matching("POST", RUNS)[-1].json()))
 
 
 def test_submit_offers_every_pipeline_parameter(tmp_path: Path) -> None:
@@ -295,7 +313,7 @@ def test_upload_creates_a_pipeline_then_versions(
     uploaded = list(yaml.safe_load_all(package))
     compiled = list(
         yaml.safe_load_all(
-            compile_pipeline(tmp_path / "upload.yaml", submit.DEFAULT_IMAGE, "parallel").read_text()
+            compile_pipeline(tmp_path / "upload.yaml", DEFAULT_IMAGE, "parallel").read_text()
         )
     )
     assert uploaded == compiled

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.data import random_crop_flip, step_generator
-from ampbench.components.train.engine import TrainConfig, Trainer, train
+from ampbench.components.train.engine import Trainer, train
 from ampbench.components.train.precision import resolve
 from ampbench.components.train.step import run_training
 from ampbench.errors import AmpbenchError
@@ -130,8 +131,29 @@ def test_augmentation_keeps_shapes_and_is_seed_reproducible() -> None:
     assert first.shape == images.shape and first.dtype == torch.uint8
     assert torch.equal(first, again)
     assert not torch.equal(first, other)
-    # A crop of a zero-padded image keeps some of the original pixels: rows are a subset.
-    assert not torch.equal(first, images)
+    # Each output is one of the 2 x 9 x 9 crops (padding 4, either flip) of its own input.
+    padded = torch.nn.functional.pad(images, (4, 4, 4, 4))
+    for index in range(len(images)):
+        crops = [
+            view[:, dy : dy + 32, dx : dx + 32]
+            for view in (padded[index], padded[index].flip(2))
+            for dy in range(9)
+            for dx in range(9)
+        ]
+        assert any(torch.equal(first[index], crop) for crop in crops), index
+
+
+def test_a_dataset_without_test_split_is_refused(synthetic_dataset: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    copy = tmp_path / "no-test"
+    shutil.copytree(synthetic_dataset, copy)
+    metadata = json.loads((copy / "metadata.json").read_text())
+    del metadata["counts"]["test"]
+    (copy / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(AmpbenchError, match="has no test split"):
+        Trainer(TrainConfig(dataset_dir=copy, device="cpu"))
 
 
 def test_invalid_settings_are_named(synthetic_dataset: Path) -> None:

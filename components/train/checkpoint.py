@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import random
 import re
 import tempfile
@@ -64,15 +65,15 @@ def restore_rng_states(states: dict[str, Any]) -> None:
     )
 
 
-def _list(directory: str) -> list[str]:
+def names(directory: str) -> list[str]:
+    """The checkpoints in a directory (local or s3://), oldest first."""
     if storage.is_s3(directory):
         prefix = directory.rstrip("/") + "/"
-        keys = [key for key, _, _ in storage.list_keys(prefix)]
-        names = [key.rsplit("/", 1)[-1] for key in keys]
+        entries = [key.rsplit("/", 1)[-1] for key, _, _ in storage.list_keys(prefix)]
     else:
         path = Path(directory)
-        names = [p.name for p in path.iterdir()] if path.is_dir() else []
-    return sorted(name for name in names if NAME.match(name))
+        entries = [p.name for p in path.iterdir()] if path.is_dir() else []
+    return sorted(name for name in entries if NAME.match(name))
 
 
 def save(directory: str, global_step: int, state: dict[str, Any], keep: int) -> str:
@@ -91,20 +92,25 @@ def save(directory: str, global_step: int, state: dict[str, Any], keep: int) -> 
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp.name, target)
-    for old in _list(directory)[:-keep]:
+    for old in names(directory)[:-keep]:
         storage.remove(storage.join(directory, old))
     return target
 
 
-def load_latest(directory: str, device: torch.device) -> tuple[dict[str, Any], str] | None:
-    """The newest checkpoint in `directory` and its location, or None when there is none."""
-    names = _list(directory)
-    if not names:
+def load_latest(directory: str) -> tuple[dict[str, Any], str] | None:
+    """The newest checkpoint in `directory` (on the CPU) and its location, or None.
+
+    Loaded on the CPU: RNG states must stay there, and load_state_dict moves the rest."""
+    found = names(directory)
+    if not found:
         return None
-    location = storage.join(directory, names[-1])
+    location = storage.join(directory, found[-1])
+    data = storage.read_bytes(location)
     try:
-        data = storage.read_bytes(location)
-        state = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as error:
-        raise AmpbenchError(f"{location}: not a readable checkpoint ({error})") from None
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise AmpbenchError(f"{location}: not a readable checkpoint ({reason})") from None
+    if not isinstance(state, dict) or not {"fingerprint", "loop"} <= set(state):
+        raise AmpbenchError(f"{location}: not an ampbench checkpoint")
     return state, location

@@ -39,7 +39,7 @@ def train(
     """
     from pathlib import Path
 
-    from ampbench.components.train.engine import TrainConfig
+    from ampbench.components.train.config import TrainConfig
     from ampbench.components.train.step import TrackingOptions, run_training, summary
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging

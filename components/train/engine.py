@@ -4,11 +4,14 @@ Every figure it reports means exactly one thing:
 - train_time_s: wall time of the training epochs, device-synchronised; evaluation, checkpoint
   writes and torch.compile's warm-up are timed apart (eval_time_s, checkpoint_time_s,
   compile_time_s).
-- throughput_img_s: training images per second, without the first WARMUP_STEPS steps of the
-  process (autotuning, allocator growth) and without compilation.
-- peak_memory_mb: CUDA: torch.cuda.max_memory_allocated over the run (reset at its start);
-  CPU: growth of the process's peak resident set over its size at the start of the run
-  (the kernel's high-water mark, reset at the start), i.e. data, model, optimizer, activations.
+- throughput_img_s: training images per second, without the process's first WARMUP_STEPS
+  steps (autotuning, allocator growth; at most half the steps of a short run) and without
+  compilation.
+- peak_memory_mb: the highest of the epochs' peaks (each epoch, with its evaluation, is one
+  window). CUDA: torch.cuda.max_memory_allocated; CPU: growth of the process's peak resident
+  set (the kernel's high-water mark) over its size before the data was loaded. Either way it
+  counts everything the run holds: the uint8 dataset on the device (about 176 MiB for
+  CIFAR-10), the model, optimizer state and activations.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import platform
 import random
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from torch import nn
 
 from ampbench import __version__
 from ampbench.components.train import checkpoint
+from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
 from ampbench.components.train.models import build_model, parameter_count
 from ampbench.components.train.precision import Precision, math_mode, resolve
@@ -41,59 +45,6 @@ from ampbench.sampling import stratified_take
 RESULTS_SCHEMA_VERSION = 1
 WARMUP_STEPS = 5
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    dataset_dir: Path
-    precision: str = "amp"
-    epochs: int = 2
-    batch_size: int = 128
-    lr: float = 0.1
-    seed: int = 0
-    model: str = "resnet18"
-    compile: bool = False
-    deterministic: bool = False
-    label_smoothing: float = 0.0
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    warmup_fraction: float = 0.25
-    eval_batch_size: int = 512
-    subset: int = 0
-    device: str = "auto"
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 3
-    resume: bool = False
-    max_skipped_steps: int = 50
-    initial_loss_scale: float = 2.0**16  # GradScaler's default
-
-    def validate(self) -> None:
-        positive = {
-            "--epochs": self.epochs,
-            "--batch-size": self.batch_size,
-            "--eval-batch-size": self.eval_batch_size,
-            "--keep-checkpoints": self.keep_checkpoints,
-            "--max-skipped-steps": self.max_skipped_steps,
-        }
-        for option, value in positive.items():
-            if value < 1:
-                raise AmpbenchError(f"{option}: must be at least 1, not {value}")
-        if not self.lr > 0:
-            raise AmpbenchError(f"--lr: must be positive, not {self.lr}")
-        if not 0 <= self.label_smoothing < 1:
-            raise AmpbenchError(f"--label-smoothing: must be in [0, 1), not {self.label_smoothing}")
-        if not 0 < self.warmup_fraction < 1:
-            raise AmpbenchError(f"--warmup-fraction: must be in (0, 1), not {self.warmup_fraction}")
-        if self.subset < 0 or self.checkpoint_every < 0:
-            raise AmpbenchError("--subset and --checkpoint-every: must be 0 (off) or positive")
-        if (self.resume or self.checkpoint_every) and not self.checkpoint_dir:
-            raise AmpbenchError("--resume and --checkpoint-every: need --checkpoint-dir")
-
-    def hyperparameters(self) -> dict[str, Any]:
-        skip = {"dataset_dir", "device", "checkpoint_dir", "resume", "keep_checkpoints"}
-        values = {k: v for k, v in asdict(self).items() if k not in skip}
-        return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
 
 
 def pick_device(name: str) -> torch.device:
@@ -151,18 +102,26 @@ class MemoryMeter:
         return 0
 
     def start(self) -> None:
+        """Take the baseline: the run's memory is what comes after this."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
+        else:
+            self.baseline = self._status_kb("VmRSS")
+        self.reset_peak()
+
+    def reset_peak(self) -> None:
+        """Start a new window for peak_mb() (each epoch is one)."""
+        if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
             return
         try:  # "5" resets the kernel's peak-RSS mark (VmHWM) for this process
             Path("/proc/self/clear_refs").write_text("5")
         except OSError:
             log.warning("cannot reset the peak-RSS mark; CPU peak memory includes earlier work")
-        self.baseline = self._status_kb("VmRSS")
 
     def peak_mb(self) -> float:
+        """The peak since the last reset_peak(); see the module docstring."""
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return max(0, self._status_kb("VmHWM") - self.baseline) / 1024
@@ -175,6 +134,11 @@ class MemoryMeter:
     @property
     def kind(self) -> str:
         return "cuda_max_allocated" if self.device.type == "cuda" else "cpu_peak_rss_growth"
+
+
+def max_or_none(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
 
 
 def _sync(device: torch.device) -> None:
@@ -291,6 +255,10 @@ class Trainer:
         self.memory = MemoryMeter(self.device)
         self.memory.start()
         self.metadata = read_metadata(Path(config.dataset_dir))
+        if "test" not in self.metadata["counts"]:
+            raise AmpbenchError(
+                f"{config.dataset_dir}: the prepared dataset has no test split to measure on"
+            )
         mean, std = self.metadata["mean"], self.metadata["std"]
         train_split = _subset(
             read_split(Path(config.dataset_dir), "train"), config.subset, config.seed
@@ -312,7 +280,7 @@ class Trainer:
                 f"--batch-size {config.batch_size}: larger than the {len(self.train_data)} "
                 "training images"
             )
-        self.model = build_model(config.model, self.metadata["num_classes"]).to(
+        self.model = build_model(config.model, len(self.metadata["classes"])).to(
             self.device, memory_format=torch.channels_last
         )
         self.optimizer = torch.optim.SGD(
@@ -366,7 +334,7 @@ class Trainer:
 
     def restore_checkpoint(self) -> None:
         assert self.config.checkpoint_dir is not None
-        found = checkpoint.load_latest(self.config.checkpoint_dir, self.device)
+        found = checkpoint.load_latest(self.config.checkpoint_dir)
         if found is None:
             log.info("resume: no checkpoint in %s yet; starting fresh", self.config.checkpoint_dir)
             return
@@ -382,7 +350,9 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         checkpoint.restore_rng_states(state["rng"])
         self.state = LoopState(**state["loop"])
-        self.counters = DeviceCounters.from_state(state["counters"])
+        self.counters = DeviceCounters.from_state(
+            {name: value.to(self.device) for name, value in state["counters"].items()}
+        )
         self.resumed_from = location
         log.info("resume: %s (epoch %d, step %d)", location, self.state.epoch + 1, self.state.step)
 
@@ -407,7 +377,9 @@ class Trainer:
             )
 
     def warm_up_compiled(self, compiled: nn.Module) -> None:
-        """Compile before timing starts: forward and backward on one batch, weights untouched."""
+        """Compile before timing starts: forward and backward on one batch. Weights are not
+        stepped, and BatchNorm's running statistics are put back as they were."""
+        buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
         started = time.perf_counter()
         rows = torch.arange(self.config.batch_size, device=self.device)
         images, labels = self.train_data.train_batch(rows, step_generator(self.device, 0, 0, 0))
@@ -417,6 +389,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         _sync(self.device)
         self.compile_time_s = time.perf_counter() - started
+        with torch.no_grad():
+            for name, buffer in self.model.named_buffers():
+                buffer.copy_(buffers[name])
         log.info("compile: %.1f s (not counted in training time)", self.compile_time_s)
 
     def train_step(self, model: nn.Module, rows: torch.Tensor, epoch: int, step: int) -> None:
@@ -456,12 +431,17 @@ class Trainer:
         if config.resume:
             self.restore_checkpoint()
             state = self.state
+        elif config.checkpoint_dir and checkpoint.names(config.checkpoint_dir):
+            raise AmpbenchError(
+                f"--checkpoint-dir {config.checkpoint_dir}: holds checkpoints of an earlier run; "
+                "pass --resume to continue it, or use an empty directory"
+            )
         model: nn.Module = torch.compile(self.model) if config.compile else self.model
-        if config.compile:
-            self.warm_up_compiled(model)
         measured_images = 0
         measured_time = 0.0
-        warm_steps_left = WARMUP_STEPS
+        # Short runs keep at least half their steps for the measurement.
+        remaining = config.epochs * self.steps_per_epoch - state.global_step
+        warm_steps_left = min(WARMUP_STEPS, remaining // 2)
         batch = config.batch_size
         log.info(
             "train: %s on %s (%s), %s, %d images, %d epochs x %d steps, batch %d",
@@ -477,10 +457,13 @@ class Trainer:
         with math_mode(self.precision), warnings.catch_warnings():
             # When fp16's first step is skipped, torch warns that the scheduler stepped first.
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            if config.compile:  # inside math_mode: the compiled code is the one that is timed
+                self.warm_up_compiled(model)
             while state.epoch < config.epochs:
                 epoch = state.epoch
                 order = epoch_order(len(self.train_data), config.seed, epoch, self.device)
                 _sync(self.device)
+                self.memory.reset_peak()
                 epoch_start = time.perf_counter()
                 measure_start, measure_from_step = epoch_start, state.step
                 checkpoint_time_at_measure_start = state.checkpoint_time_s
@@ -516,14 +499,16 @@ class Trainer:
                 now = time.perf_counter()
                 self.check_health()
                 epoch_time = state.epoch_elapsed_s + (now - epoch_start)
-                steps_measured = state.step - measure_from_step
+                # An epoch that ends inside the warm-up measures nothing.
+                steps_measured = state.step - measure_from_step if warm_steps_left == 0 else 0
                 time_measured = (
                     now
                     - measure_start
                     - (state.checkpoint_time_s - checkpoint_time_at_measure_start)
                 )
-                measured_images += steps_measured * batch
-                measured_time += time_measured
+                if steps_measured:
+                    measured_images += steps_measured * batch
+                    measured_time += time_measured
                 record = self.finish_epoch(epoch, epoch_time, steps_measured, time_measured)
                 state.history.append(record)
                 state.train_time_s += epoch_time
@@ -563,12 +548,14 @@ class Trainer:
                     else None
                 ),
                 "peak_memory_mb": self.memory.peak_mb(),
+                "peak_memory_reserved_mb": self.memory.reserved_mb(),
                 "lr": self.config.lr * self.schedule(self.state.global_step - 1),
+                # Every arm records both, so that all arms log the same metric names: without
+                # a scaler the scale is 1 and nothing is skipped.
+                "loss_scale": self.scaler.get_scale() if self.precision.grad_scaler else 1.0,
+                "skipped_steps": int(skipped),
             }
         )
-        if self.precision.grad_scaler:
-            record["loss_scale"] = self.scaler.get_scale()
-            record["skipped_steps"] = int(skipped)
         summary = ", ".join(
             f"{key} {value:.4f}"
             for key, value in record.items()
@@ -606,15 +593,18 @@ class Trainer:
             },
             "accuracy": last.get("test_accuracy"),
             "test_loss": last.get("test_loss"),
-            "peak_memory_mb": self.memory.peak_mb(),
-            "peak_memory_reserved_mb": self.memory.reserved_mb(),
+            # The peak of the epochs' windows (training and evaluation).
+            "peak_memory_mb": max(r["peak_memory_mb"] for r in history),
+            "peak_memory_reserved_mb": max_or_none(
+                r.get("peak_memory_reserved_mb") for r in history
+            ),
             "memory_kind": self.memory.kind,
             "train_time_s": self.state.train_time_s,
             "throughput_img_s": measured_images / measured_time if measured_time > 0 else None,
             "eval_time_s": self.state.eval_time_s,
             "compile_time_s": self.compile_time_s,
             "checkpoint_time_s": self.state.checkpoint_time_s,
-            "skipped_steps": sum(r.get("skipped_steps", 0) for r in history),
+            "skipped_steps": sum(r["skipped_steps"] for r in history),
             "loss_scale": self.scaler.get_scale() if self.precision.grad_scaler else None,
             "resumed_from": self.resumed_from,
             "versions": software_versions(),

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ampbench.components.train.engine import TrainConfig, Trainer, device_name
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.engine import Trainer, device_name
 from ampbench.components.train.models import example_input
 from ampbench.tracking import (
     DEFAULT_EXPERIMENT,
@@ -17,6 +18,7 @@ from ampbench.tracking import (
     PRECISION_TAG,
     RESULTS_ARTIFACT,
     ArmRun,
+    preload,
     safe_tracking_uri,
 )
 
@@ -32,13 +34,13 @@ EPOCH_METRICS = {
     "time_s": "epoch_time_s",
     "throughput_img_s": "epoch_throughput_img_s",
     "peak_memory_mb": "epoch_peak_memory_mb",
+    "peak_memory_reserved_mb": "epoch_peak_memory_reserved_mb",
     "lr": "lr",
     "loss_scale": "loss_scale",
     "skipped_steps": "epoch_skipped_steps",
 }
 SUMMARY_METRICS = (
     "accuracy",
-    "test_loss",
     "peak_memory_mb",
     "train_time_s",
     "throughput_img_s",
@@ -67,6 +69,8 @@ def run_training(
     requested_resources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train one arm; write results JSON and the state dict; log the run to MLflow."""
+    if tracking is not None:
+        preload()  # before the Trainer starts measuring memory
     trainer = Trainer(config)
     arm_run = None
     if tracking is not None:

@@ -1,0 +1,62 @@
+"""The settings of one training run, free of torch so that a command line can read them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ampbench.errors import AmpbenchError
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dataset_dir: Path
+    precision: str = "amp"
+    epochs: int = 2
+    batch_size: int = 128
+    lr: float = 0.1
+    seed: int = 0
+    model: str = "resnet18"
+    compile: bool = False
+    deterministic: bool = False
+    label_smoothing: float = 0.0
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_fraction: float = 0.25
+    eval_batch_size: int = 512
+    subset: int = 0
+    device: str = "auto"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+    resume: bool = False
+    max_skipped_steps: int = 50
+    initial_loss_scale: float = 2.0**16  # GradScaler's default
+
+    def validate(self) -> None:
+        positive = {
+            "--epochs": self.epochs,
+            "--batch-size": self.batch_size,
+            "--eval-batch-size": self.eval_batch_size,
+            "--keep-checkpoints": self.keep_checkpoints,
+            "--max-skipped-steps": self.max_skipped_steps,
+        }
+        for option, value in positive.items():
+            if value < 1:
+                raise AmpbenchError(f"{option}: must be at least 1, not {value}")
+        if not self.lr > 0:
+            raise AmpbenchError(f"--lr: must be positive, not {self.lr}")
+        if not 0 <= self.label_smoothing < 1:
+            raise AmpbenchError(f"--label-smoothing: must be in [0, 1), not {self.label_smoothing}")
+        if not 0 < self.warmup_fraction < 1:
+            raise AmpbenchError(f"--warmup-fraction: must be in (0, 1), not {self.warmup_fraction}")
+        if self.subset < 0 or self.checkpoint_every < 0:
+            raise AmpbenchError("--subset and --checkpoint-every: must be 0 (off) or positive")
+        if (self.resume or self.checkpoint_every) and not self.checkpoint_dir:
+            raise AmpbenchError("--resume and --checkpoint-every: need --checkpoint-dir")
+
+    def hyperparameters(self) -> dict[str, Any]:
+        skip = {"dataset_dir", "device", "checkpoint_dir", "resume", "keep_checkpoints"}
+        values = {k: v for k, v in asdict(self).items() if k not in skip}
+        return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
