@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # torch is imported by the reader alone: preparing data never
 
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
-SPLITS = ("train", "val", "test")
+METADATA_KEYS = ("classes", "image_shape", "counts", "mean", "std", "source")
 # Bounded shards: readers can stream or distribute them, writers never hold a huge row group.
 MAX_SHARD_BYTES = 64 * 1024 * 1024
 
@@ -94,16 +94,6 @@ class SplitTensors:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def shard(self, rank: int, world_size: int) -> SplitTensors:
-        """Every world_size-th row from rank on: one data-parallel process's share."""
-        if world_size == 1:
-            return self
-        return SplitTensors(
-            self.images[rank::world_size],
-            self.labels[rank::world_size],
-            self.indices[rank::world_size],
-        )
-
 
 def read_metadata(dataset_dir: Path) -> dict[str, Any]:
     path = dataset_dir / METADATA_FILE
@@ -111,12 +101,18 @@ def read_metadata(dataset_dir: Path) -> dict[str, Any]:
         raise AmpbenchError(
             f"{dataset_dir}: not a prepared dataset (no {METADATA_FILE}); run `ampbench prepare`"
         )
-    metadata = json.loads(path.read_text(encoding="utf-8"))
-    if metadata.get("format_version") != FORMAT_VERSION:
+    try:
+        metadata = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AmpbenchError(f"{path}: not readable ({error})") from None
+    if not isinstance(metadata, dict) or metadata.get("format_version") != FORMAT_VERSION:
         raise AmpbenchError(
-            f"{dataset_dir}: dataset format version {metadata.get('format_version')} is not "
-            f"{FORMAT_VERSION}; prepare it again with this version of ampbench"
+            f"{dataset_dir}: not a prepared dataset of format version {FORMAT_VERSION}; "
+            "prepare it again with this version of ampbench"
         )
+    missing = [key for key in METADATA_KEYS if key not in metadata]
+    if missing:
+        raise AmpbenchError(f"{path}: incomplete (no {', '.join(missing)})")
     return metadata
 
 
@@ -129,7 +125,10 @@ def read_split(dataset_dir: Path, split: str) -> SplitTensors:
     shards = sorted((dataset_dir / split).glob("part-*.parquet"))
     if split not in metadata["counts"] or not shards:
         raise AmpbenchError(f"{dataset_dir}: the prepared dataset has no '{split}' split")
-    tables = [pq.read_table(shard) for shard in shards]
+    try:
+        tables = [pq.read_table(shard) for shard in shards]
+    except (OSError, pa.ArrowException) as error:
+        raise AmpbenchError(f"{dataset_dir}: split '{split}' is unreadable ({error})") from None
     count = sum(len(table) for table in tables)
     if count != metadata["counts"][split]:
         raise AmpbenchError(

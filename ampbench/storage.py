@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ampbench.errors import AmpbenchError
+from ampbench.logs import Progress
 
 MULTIPART_CHUNK = 8 * 1024 * 1024
 
@@ -145,15 +146,24 @@ def _cached_object(uri: str, etag: str, cache_dir: Path) -> Path:
 def fetch(uri: str, cache_dir: Path) -> tuple[Path, bool]:
     """Download an object into the cache (keyed by bucket, key and ETag); (path, was_cached)."""
     bucket, key = split_s3(uri)
-    etag = head(uri)["ETag"].strip('"')
-    target = _cached_object(uri, etag, cache_dir)
+    stored = head(uri)
+    target = _cached_object(uri, stored["ETag"].strip('"'), cache_dir)
     if target.is_file():
         return target, True
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
         partial = Path(tmp.name)
     try:
-        _s3_call(uri, client().download_file, bucket, key, str(partial), Config=_transfer_config())
+        with Progress(stored["ContentLength"], f"download {uri}", unit="B") as progress:
+            _s3_call(
+                uri,
+                client().download_file,
+                bucket,
+                key,
+                str(partial),
+                Config=_transfer_config(),
+                Callback=progress.update,
+            )
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)

@@ -121,6 +121,27 @@ def test_single_class_tree_is_split_by_test_fraction(tmp_path: Path) -> None:
     assert metadata["class_counts"]["test"] == [3, 3, 3, 3]
 
 
+def test_train_without_test_gets_a_test_split_carved(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 10})
+    metadata = prepare_dataset(
+        str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path, test_fraction=0.2)
+    )
+    assert metadata["counts"] == {"train": 16, "test": 4}
+    assert metadata["class_counts"]["test"] == [2, 2]
+
+
+def test_a_damaged_prepared_dataset_is_one_line(tmp_path: Path) -> None:
+    prepare_dataset("synthetic", tmp_path / "ds", subset=20, options=options(tmp_path))
+    (tmp_path / "ds" / "metadata.json").write_text("{broken")
+    with pytest.raises(AmpbenchError, match=r"metadata\.json: not readable"):
+        read_split(tmp_path / "ds", "train")
+    prepare_dataset("synthetic", tmp_path / "ds2", subset=20, options=options(tmp_path))
+    shard = next((tmp_path / "ds2" / "train").glob("*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(AmpbenchError, match="split 'train' is unreadable"):
+        read_split(tmp_path / "ds2", "train")
+
+
 def test_val_fraction_carves_a_stratified_split(tmp_path: Path) -> None:
     metadata = prepare_dataset(
         "synthetic", tmp_path / "out", subset=500, val_fraction=0.2, options=options(tmp_path)

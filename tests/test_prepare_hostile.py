@@ -3,6 +3,7 @@ and no output directory that looks complete."""
 
 from __future__ import annotations
 
+import os
 import stat
 import tarfile
 import zipfile
@@ -169,3 +170,25 @@ def test_not_an_archive_at_all(tmp_path: Path) -> None:
     fake = tmp_path / "fake.tar.gz"
     fake.write_bytes(b"this is not gzip")
     prepare_fails(tmp_path, fake, "not a readable tar archive")
+
+
+def test_encrypted_zip_member(tmp_path: Path) -> None:
+    archive = tmp_path / "locked.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name in ("d/train/a/0.png", "d/train/b/0.png", "d/test/a/0.png", "d/test/b/0.png"):
+            zf.writestr(name, make_png())
+    # Mark the first member encrypted, as a password-protected archive does (zipfile cannot
+    # write one): general-purpose flag bit 0 in its local and central directory headers.
+    data = bytearray(archive.read_bytes())
+    local = data.index(b"PK\x03\x04")
+    central = data.index(b"PK\x01\x02")
+    data[local + 6] |= 1
+    data[central + 8] |= 1
+    archive.write_bytes(bytes(data))
+    prepare_fails(tmp_path, archive, "cannot read this zip archive")
+
+
+def test_fifo_in_a_directory_source_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    os.mkfifo(tmp_path / "tree" / "train" / "a" / "pipe.png")  # reading it would hang
+    prepare_fails(tmp_path, tmp_path / "tree", "links and special files")

@@ -132,6 +132,8 @@ def _iter_zip(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]
                 yield name, data
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
         raise AmpbenchError(f"{source}: not a readable zip archive ({error})") from None
+    except (RuntimeError, NotImplementedError) as error:  # encrypted, or an unknown method
+        raise AmpbenchError(f"{source}: cannot read this zip archive ({error})") from None
 
 
 def _iter_directory(root: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:

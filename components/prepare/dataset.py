@@ -22,7 +22,7 @@ from ampbench.components.prepare.sources import (
     load,
     resolve_sha256,
 )
-from ampbench.dataset_format import FORMAT_VERSION, METADATA_FILE, write_split
+from ampbench.dataset_format import FORMAT_VERSION, METADATA_FILE, read_metadata, write_split
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
 from ampbench.sampling import stratified_split, stratified_take
@@ -72,14 +72,12 @@ def _publish(staging: Path, output_dir: Path) -> None:
     os.replace(staging, output_dir)
 
 
-def _copy_tree(source: Path, target: Path) -> None:
-    def link_or_copy(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, target, copy_function=link_or_copy)
+def _cached_metadata(cached: Path) -> dict[str, Any] | None:
+    """The metadata of a cached dataset, or None when there is none (or it is damaged)."""
+    try:
+        return read_metadata(cached)
+    except AmpbenchError:
+        return None
 
 
 def _select_rows(
@@ -139,10 +137,12 @@ def prepare_dataset(
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
     try:
-        if use_cache and (cached / METADATA_FILE).is_file():
+        hit = _cached_metadata(cached) if use_cache else None
+        if hit is not None:
+            # Copies, not links: a user who edits the output must not edit the cache.
             shutil.rmtree(staging)
-            _copy_tree(cached, staging)
-            metadata = json.loads((staging / METADATA_FILE).read_text())
+            shutil.copytree(cached, staging)
+            metadata = hit
             log.info("prepare: cache hit for %s (key %s), nothing decoded", source, key)
         else:
             metadata = _build(source, staging, sha256, local, subset, val_fraction, options)
@@ -172,7 +172,9 @@ def _store_in_cache(staging: Path, cached: Path) -> None:
     partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=cached.parent))
     try:
         shutil.rmtree(partial)
-        _copy_tree(staging, partial)
+        shutil.copytree(staging, partial)
+        if cached.exists():  # damaged (else it would have been a hit): ours replaces it
+            shutil.rmtree(cached, ignore_errors=True)
         os.replace(partial, cached)
     except OSError:  # another process filled the cache first: theirs is as good as ours
         shutil.rmtree(partial, ignore_errors=True)
@@ -218,7 +220,6 @@ def _build(
     return {
         "format_version": FORMAT_VERSION,
         "classes": data.classes,
-        "num_classes": len(data.classes),
         "image_shape": image_shape,
         "counts": counts,
         "class_counts": class_counts,

@@ -58,7 +58,7 @@ def _refused(source: str, error: BadImage) -> AmpbenchError:
     return AmpbenchError(f"{source}: {error} (pass --skip-bad-images to skip such files)")
 
 
-def _fit(image: np.ndarray, size: int) -> np.ndarray:
+def fit_size(image: np.ndarray, size: int) -> np.ndarray:
     if image.shape[:2] == (size, size):
         return image
     return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.BILINEAR))
@@ -101,7 +101,7 @@ def decode_images(
                 bad[i] = str(error)
                 continue
             if image_size is not None:
-                image = _fit(image, image_size)
+                image = fit_size(image, image_size)
             elif image.shape != shape:
                 raise AmpbenchError(
                     f"{source}: images differ in size ({files[first][0]} is "

@@ -23,7 +23,7 @@ from PIL import Image
 from ampbench import storage
 from ampbench.components.prepare import cifar_python, synthetic
 from ampbench.components.prepare.archive import Limits, is_archive, iter_files
-from ampbench.components.prepare.decode import decode_images
+from ampbench.components.prepare.decode import decode_images, fit_size
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.sampling import stratified_split
@@ -79,9 +79,7 @@ class ArraySplit:
         images = self.images[rows]
         size = self.image_size
         if size is not None and images.shape[1:3] != (size, size):
-            images = np.stack(
-                [np.asarray(Image.fromarray(image).resize((size, size))) for image in images]
-            )
+            images = np.stack([fit_size(image, size) for image in images])
         on_progress(len(rows))
         return images, rows, []
 
@@ -124,19 +122,18 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _sha256_tree(path: Path) -> str:
+def _sha256_tree(path: Path, limits: Limits) -> str:
+    """A directory's content hash, read through the same checks as its data (links, special
+    files and the size limits are refused before anything is hashed)."""
     digest = hashlib.sha256()
-    for root, dirnames, filenames in os.walk(path):
-        dirnames.sort()
-        for filename in sorted(filenames):
-            file = Path(root) / filename
-            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
-            digest.update(hashlib.sha256(file.read_bytes()).digest())
+    for name, data in iter_files(path, limits):
+        if data is not None:
+            digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()
 
 
-def content_sha256(path: Path) -> str:
-    return _sha256_tree(path) if path.is_dir() else _sha256_file(path)
+def content_sha256(path: Path, limits: Limits) -> str:
+    return _sha256_tree(path, limits) if path.is_dir() else _sha256_file(path)
 
 
 def _download(name: str, cache_dir: Path) -> Path:
@@ -263,9 +260,17 @@ def _image_folder(
         labels = np.array([label for label, _ in ordered], dtype=np.int64)
         items = [item for _, item in ordered]
         splits[split] = EncodedSplit(source, items, labels, options)
-    if "all" in splits:
-        whole = splits.pop("all")
+    # One class-folder tree, or train/ without test/: the test split is carved out of it.
+    whole_name = "all" if "all" in splits else "train" if "test" not in splits else None
+    if whole_name is not None:
+        whole = splits.pop(whole_name)
         assert isinstance(whole, EncodedSplit)
+        if whole_name == "train":
+            log.info(
+                "%s: no test/ folder; %.0f%% of train/ becomes the test split (--test-fraction)",
+                source,
+                100 * options.test_fraction,
+            )
         test_rows, train_rows = stratified_split(
             whole.labels, options.test_fraction, np.random.default_rng(options.seed)
         )
@@ -302,7 +307,7 @@ def resolve_sha256(source: str, options: SourceOptions) -> tuple[str, Path | Non
     if source == "synthetic":
         return synthetic.content_sha256(), None
     path = local_path(source, options)
-    return content_sha256(path), path
+    return content_sha256(path, options.limits), path
 
 
 def local_path(source: str, options: SourceOptions) -> Path:
