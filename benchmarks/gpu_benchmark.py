@@ -32,7 +32,8 @@ except ImportError:  # a bare checkout: the steps live beside the package, not i
 from common import archive_argument, table, write_json  # noqa: E402
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset  # noqa: E402
-from ampbench.components.train.engine import TrainConfig, train  # noqa: E402
+from ampbench.components.train.config import TrainConfig  # noqa: E402
+from ampbench.components.train.engine import train  # noqa: E402
 from ampbench.errors import AmpbenchError  # noqa: E402
 
 CPU_SMOKE = {"subset": 256, "epochs": 1, "precisions": "fp32,bf16", "batch_sizes": "64"}
@@ -73,6 +74,13 @@ def main() -> None:
             options=SourceOptions(cache_dir=Path(tmp) / "cache"),
         )
         print(f"prepared {args.data.name} in {time.perf_counter() - started:.1f} s", flush=True)
+        # A throwaway run first: CUDA and cuDNN start-up would otherwise land on the first arm.
+        train(
+            TrainConfig(
+                dataset_dir=dataset, precision="fp32", epochs=1, batch_size=batch_sizes[0],
+                subset=4 * batch_sizes[0], model=args.model, device=args.device,
+            )
+        )  # fmt: skip
         for batch_size in batch_sizes:
             baseline: dict | None = None
             for precision in precisions:

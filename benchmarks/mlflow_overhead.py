@@ -28,7 +28,8 @@ import torch
 from common import archive_argument, median, table, write_json
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.train.engine import TrainConfig, Trainer
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import build_model, example_input
 from ampbench.components.train.step import EPOCH_METRICS
 from ampbench.tracking import ArmRun

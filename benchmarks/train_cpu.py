@@ -31,7 +31,8 @@ from torch import nn
 from torchvision import transforms
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.train.engine import TrainConfig, Trainer
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import build_model
 
 BATCH = 128
