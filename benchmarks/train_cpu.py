@@ -39,31 +39,34 @@ BATCH = 128
 WARMUP = 5  # the engine's own warm-up (engine.WARMUP_STEPS), applied to every loop
 
 
-def autocast(precision: str) -> torch.autocast:
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-def optimizer_for(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.SGD(
+def timed_steps(
+    model: nn.Module,
+    next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    precision: str,
+    steps: int,
+) -> float:
+    """Images/s of `steps` plain training steps after WARMUP untimed ones."""
+    optimizer = torch.optim.SGD(
         model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4
     )
-
-
-def bare(precision: str, steps: int) -> float:
-    torch.manual_seed(0)
-    model = build_model("resnet18", 10).to(memory_format=torch.channels_last)
-    optimizer = optimizer_for(model)
-    images = torch.randn(BATCH, 3, 32, 32).contiguous(memory_format=torch.channels_last)
-    labels = torch.randint(0, 10, (BATCH,))
     for step in range(WARMUP + steps):
         if step == WARMUP:
             started = time.perf_counter()
-        with autocast(precision):
+        images, labels = next_batch()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
     return steps * BATCH / (time.perf_counter() - started)
+
+
+def bare(precision: str, steps: int) -> float:
+    torch.manual_seed(0)
+    model = build_model("resnet18", 10).to(memory_format=torch.channels_last)
+    images = torch.randn(BATCH, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+    labels = torch.randint(0, 10, (BATCH,))
+    return timed_steps(model, lambda: (images, labels), precision, steps)
 
 
 def engine(precision: str, dataset: Path) -> float:
@@ -95,19 +98,8 @@ def seed_style(
     loader = torch.utils.data.DataLoader(
         data, batch_size=BATCH, shuffle=True, num_workers=2, drop_last=True
     )
-    model = build_model("resnet18", 10)
-    optimizer = optimizer_for(model)
     batches = iter(loader)
-    for step in range(WARMUP + steps):
-        if step == WARMUP:
-            started = time.perf_counter()
-        images, labels = next(batches)
-        with autocast(precision):
-            loss = nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    return steps * BATCH / (time.perf_counter() - started)
+    return timed_steps(build_model("resnet18", 10), lambda: next(batches), precision, steps)
 
 
 def extract_train_jpegs(archive: Path, target: Path, per_class: int) -> Path:
