@@ -347,11 +347,13 @@ def _add_ui(commands: argparse._SubParsersAction) -> None:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from ampbench.tracking import tracking_uri
+    from ampbench.tracking import tracking_uri, without_credentials
 
     uri = tracking_uri()
     if not uri.startswith("sqlite:"):
-        raise AmpbenchError(f"MLFLOW_TRACKING_URI is {uri}: open that server's own UI instead")
+        raise AmpbenchError(
+            f"MLFLOW_TRACKING_URI is {without_credentials(uri)}: open that server's own UI instead"
+        )
     print(f"MLflow UI on http://127.0.0.1:{args.port} ({uri}); Ctrl-C stops it")
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     command += ["--host", "127.0.0.1", "--port", str(args.port)]

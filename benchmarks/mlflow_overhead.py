@@ -1,11 +1,12 @@
 """Benchmark: what MLflow logging costs a training run, against the epoch it rides on.
 
-Per epoch the train step sends one batch of metrics (the engine's per-epoch record). This
-measures that call (median of 20 epochs) against a local sqlite store and against a real
-`mlflow server` on loopback, and compares it with the time of one CIFAR-10 epoch of the
-same training measured in the same run (ResNet-18, batch 128, on this machine: images/s
-from a short engine run, times 50,000 images). Goal (issue 5): <= 1 % of an epoch.
-The per-run costs (creating the run, logging the model at the end) are printed apart.
+Per epoch the train step queues one batch of metrics (the engine's per-epoch record), which
+a background thread sends. This measures, median of 20 epochs, against a local sqlite store
+and against a real `mlflow server` on loopback: how long the training loop waits (queueing),
+and how long until the values are in the store (delivery). Both are compared with the time
+of one CIFAR-10 epoch of the same training measured in the same run (ResNet-18, batch 128,
+on this machine: images/s from a short engine run, times 50,000 images). Goal (issue 5):
+<= 1 % of an epoch. The per-run costs (creating the run, logging the model) print apart.
 
     python benchmarks/mlflow_overhead.py [--data ARCHIVE] [--json FILE]
 """
@@ -77,12 +78,15 @@ def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
         "overhead", "benchmark", {"ampbench.precision": "fp32"}, {"lr": 0.1, "batch_size": 128}
     )
     create = time.perf_counter() - started
-    costs = []
+    waits, deliveries = [], []
     for epoch in range(1, EPOCHS + 1):
         record = {name: 0.5 / epoch for name in EPOCH_METRICS.values()}
         started = time.perf_counter()
         run.log_metrics(record, step=epoch)
-        costs.append(time.perf_counter() - started)
+        waits.append(time.perf_counter() - started)
+        while run.pending:  # the background sender's share: until the server has the values
+            time.sleep(0.0002)
+        deliveries.append(time.perf_counter() - started)
     results = tmp / "results.json"
     results.write_text("{}")
     started = time.perf_counter()
@@ -93,7 +97,8 @@ def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
     )
     return {
         "create_s": create,
-        "per_epoch_ms": 1000 * median(costs),
+        "loop_wait_ms": 1000 * median(waits),
+        "delivery_ms": 1000 * median(deliveries),
         "finish_s": time.perf_counter() - started,
     }
 
@@ -128,16 +133,33 @@ def main() -> None:
     rows = []
     for store, cost in costs.items():
         for precision, seconds in epochs.items():
-            share = cost["per_epoch_ms"] / 1000 / seconds * 100
-            rows.append([f"{store} / {precision}", cost["per_epoch_ms"], seconds, f"{share:.4f} %"])
-    print(f"MLflow per-epoch logging ({len(EPOCH_METRICS)} metrics, one log_batch) against one "
-          f"CIFAR-10 epoch of ResNet-18 on this {torch.get_num_threads()}-thread CPU")  # fmt: skip
-    print(table(["store / arm", "log ms/epoch", "epoch s", "share"], rows))
+            rows.append(
+                [
+                    f"{store} / {precision}",
+                    cost["loop_wait_ms"],
+                    cost["delivery_ms"],
+                    seconds,
+                    f"{cost['loop_wait_ms'] / 10 / seconds:.5f} %",
+                    f"{cost['delivery_ms'] / 10 / seconds:.4f} %",
+                ]
+            )
+    threads = torch.get_num_threads()
+    print(
+        f"MLflow per-epoch logging ({len(EPOCH_METRICS)} metrics, one log_batch, sent by a "
+        f"background thread) against one CIFAR-10 epoch of ResNet-18 on this {threads}-thread CPU"
+    )
+    header = ["store / arm", "loop waits ms", "delivered ms", "epoch s", "loop share"]
+    print(table([*header, "delivery share"], rows))
     for store, cost in costs.items():
-        print(f"{store}: creating the run {cost['create_s']:.2f} s, finishing it (artifacts, "
-              f"log_model) {cost['finish_s']:.2f} s, once per run")  # fmt: skip
-    worst = max(cost["per_epoch_ms"] for cost in costs.values())
-    print(f"1 % holds for any epoch longer than {worst / 10:.2f} s")
+        print(
+            f"{store}: creating the run {cost['create_s']:.2f} s (in the background), finishing "
+            f"it (artifacts, log_model) {cost['finish_s']:.2f} s, once per run"
+        )
+    worst = max(cost["delivery_ms"] for cost in costs.values())
+    print(
+        "the loop waits only to queue the values; even counted in full, delivery stays "
+        f"under 1 % of any epoch longer than {worst / 10:.2f} s"
+    )
     write_json(args.json, {"costs": costs, "epoch_s": epochs})
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +144,41 @@ def test_compile_writes_yaml(tmp_path: Path) -> None:
     done = ampbench("compile", "-o", str(tmp_path / "p.yaml"), "--image", "example/ampbench:1")
     assert done.returncode == 0, done.stderr
     assert "example/ampbench:1" in (tmp_path / "p.yaml").read_text()
+
+
+def test_ui_serves_the_local_store_on_loopback(tmp_path: Path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                    assert reply.status == 200
+                    break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "the MLflow UI did not answer"
+                time.sleep(0.5)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def test_ui_refuses_a_remote_store(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:pw@mlflow.example.com")
+    line = one_line_error(capsys, ["ui"])
+    assert "open that server's own UI" in line and "pw@" not in line

@@ -119,3 +119,24 @@ def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         )
     finally:
         storage.client.cache_clear()
+
+
+def test_checkpoints_in_s3_survive_and_resume(
+    rgw: Rgw, s3_env: str, synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    from ampbench.components.train.checkpoint import names
+    from ampbench.components.train.config import TrainConfig
+    from ampbench.components.train.engine import train
+
+    directory = f"s3://{s3_env}/checkpoints/run-1"
+    config = TrainConfig(
+        dataset_dir=synthetic_dataset, precision="fp32", model="small-cnn", epochs=1,
+        batch_size=50, subset=300, device="cpu", deterministic=True,
+        checkpoint_dir=directory, checkpoint_every=2, keep_checkpoints=2,
+    )  # fmt: skip
+    first, _ = train(config)
+    assert names(directory) == ["ckpt-000000004.pt", "ckpt-000000006.pt"]  # the last 2 kept
+    # A retried task (same directory, --resume) finds the run finished and ends as it did.
+    again, _ = train(TrainConfig(**{**config.__dict__, "epochs": 1, "resume": True}))
+    assert again["resumed_from"] == f"{directory}/ckpt-000000006.pt"
+    assert again["accuracy"] == first["accuracy"]

@@ -11,17 +11,21 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display, in a pod or on a CI machine
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 PLOTS = ("curves.png", "throughput.png", "memory.png")
+
+
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
 
 
 def _bars(ax: Any, runs: Mapping[str, Any], field: str, ylabel: str, title: str) -> None:
     names = list(runs)
     means = [runs[name][field] or 0.0 for name in names]
     errors = [(runs[name][f"{field}_ci95"] or {}).get("ci95_half_width") or 0.0 for name in names]
-    bars = ax.bar(
-        names, means, yerr=errors, capsize=6, color=["#4C72B0", "#DD8452", "#55A868"][: len(names)]
-    )
+    colors = COLORS[: len(names)]
+    # Error bars (95 % intervals) only where there are several seeds to make one.
+    bars = ax.bar(names, means, yerr=errors if any(errors) else None, capsize=6, color=colors)
     ax.bar_label(bars, fmt="%.1f", padding=3)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -35,21 +39,19 @@ def write_plots(comparison: Mapping[str, Any], directory: Path) -> list[Path]:
     paths = []
 
     figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    for name, arm in runs.items():
+    # One colour per arm; solid lines for training, dashed for the test split.
+    for color, (name, arm) in zip(COLORS, runs.items(), strict=False):
         epochs = [record["epoch"] for record in arm["epochs"]]
-        loss_ax.plot(
-            epochs, [r.get("train_loss") for r in arm["epochs"]], "o-", label=f"{name} train"
-        )
-        if any("test_loss" in r for r in arm["epochs"]):
-            loss_ax.plot(
-                epochs, [r.get("test_loss") for r in arm["epochs"]], "o--", label=f"{name} test"
-            )
-        accuracy_ax.plot(
-            epochs, [r.get("test_accuracy") for r in arm["epochs"]], "o-", label=f"{name} test"
-        )
+        losses = [r.get("train_loss") for r in arm["epochs"]]
+        loss_ax.plot(epochs, losses, "o-", color=color, label=f"{name} train")
+        test_losses = [r.get("test_loss") for r in arm["epochs"]]
+        loss_ax.plot(epochs, test_losses, "o--", color=color, label=f"{name} test")
+        accuracies = [r.get("test_accuracy") for r in arm["epochs"]]
+        accuracy_ax.plot(epochs, accuracies, "o--", color=color, label=f"{name} test")
     loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss per epoch")
     accuracy_ax.set(xlabel="epoch", ylabel="accuracy", title="Test accuracy per epoch")
     for ax in (loss_ax, accuracy_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend()
         ax.grid(alpha=0.3)
     figure.tight_layout()
