@@ -152,7 +152,8 @@ def main() -> None:
     print(table([*header, "delivery share"], rows))
     for store, cost in costs.items():
         print(
-            f"{store}: creating the run {cost['create_s']:.2f} s (in the background), finishing "
+            f"{store}: starting the tracker {cost['create_s']:.2f} s (the run itself is "
+            "created in the background), finishing "
             f"it (artifacts, log_model) {cost['finish_s']:.2f} s, once per run"
         )
     worst = max(cost["delivery_ms"] for cost in costs.values())

@@ -23,7 +23,9 @@ def test_fp32_is_strict_and_has_no_autocast() -> None:
     precision = resolve("fp32", CPU)
     assert precision.autocast_dtype is None
     assert not precision.grad_scaler
-    assert not precision.tf32_matmul and not precision.tf32_cudnn
+    assert not precision.tf32
+    assert precision.describe()["tf32_matmul"] is False
+    assert precision.describe()["tf32_cudnn"] is False
 
 
 @pytest.mark.parametrize("requested", ["bf16", "amp"])

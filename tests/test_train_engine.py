@@ -152,7 +152,8 @@ def test_divergence_stops_with_the_step_named(synthetic_dataset: Path) -> None:
 def fp16_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fp16 arm (autocast float16 + GradScaler) on the CPU, which the engine normally
     refuses (no fast fp16 kernels there) but which exercises the same code as on CUDA."""
-    fp16 = Precision("fp16", "fp16", "cpu", torch.float16, True, False, False)
+    fp16 = Precision("fp16", "fp16", "cpu")
+    assert fp16.autocast_dtype == torch.float16 and fp16.grad_scaler
     monkeypatch.setattr(engine, "resolve", lambda requested, device: fp16)
 
 

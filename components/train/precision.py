@@ -19,16 +19,27 @@ import torch
 from ampbench.components.train import PRECISIONS
 from ampbench.errors import AmpbenchError
 
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
 
 @dataclass(frozen=True)
 class Precision:
     requested: str
     name: str  # the resolved arm: fp32, tf32, fp16 or bf16
     device_type: str
-    autocast_dtype: torch.dtype | None
-    grad_scaler: bool
-    tf32_matmul: bool
-    tf32_cudnn: bool
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return AUTOCAST_DTYPES.get(self.name)
+
+    @property
+    def grad_scaler(self) -> bool:
+        return self.name == "fp16"
+
+    @property
+    def tf32(self) -> bool:
+        """TF32 for matmuls and cuDNN convolutions alike (off for every other arm)."""
+        return self.name == "tf32"
 
     @property
     def autocast_dtype_name(self) -> str | None:
@@ -47,8 +58,8 @@ class Precision:
             "resolved_precision": self.name,
             "autocast_dtype": self.autocast_dtype_name,
             "grad_scaler": self.grad_scaler,
-            "tf32_matmul": self.tf32_matmul,
-            "tf32_cudnn": self.tf32_cudnn,
+            "tf32_matmul": self.tf32,
+            "tf32_cudnn": self.tf32,
         }
 
 
@@ -73,25 +84,15 @@ def resolve(requested: str, device: torch.device) -> Precision:
             f"--precision {requested}: {torch.cuda.get_device_name(device)} does not support "
             "bfloat16; use fp16"
         )
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
-    tf32 = name == "tf32"
-    return Precision(
-        requested=requested,
-        name=name,
-        device_type=device.type,
-        autocast_dtype=dtypes.get(name),
-        grad_scaler=name == "fp16",
-        tf32_matmul=tf32,
-        tf32_cudnn=tf32,
-    )
+    return Precision(requested=requested, name=name, device_type=device.type)
 
 
 @contextmanager
 def math_mode(precision: Precision) -> Iterator[None]:
     """Set the TF32 switches for the run, and put back what was there before."""
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = precision.tf32_matmul
-    torch.backends.cudnn.allow_tf32 = precision.tf32_cudnn
+    torch.backends.cuda.matmul.allow_tf32 = precision.tf32
+    torch.backends.cudnn.allow_tf32 = precision.tf32
     try:
         yield
     finally:
