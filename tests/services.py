@@ -167,16 +167,27 @@ class Daemon:
             raise ServiceError(f"{self.name} exited (status {code}) {what}\n{log_tail(self.log)}")
 
 
+def _stat_fields(stat: Path) -> list[str]:
+    """state, ppid, pgrp, ... of a /proc stat file; comm may contain spaces and parentheses."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group."""
+    """Processes of a process group with a thread still alive.
+
+    A killed multithreaded process shows its leader as a zombie while its other threads are
+    still exiting and still hold its file descriptors, a listening socket among them (seen:
+    a connection to a "stopped" mlflow server reset instead of refused); so every thread counts.
+    """
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(_stat_fields(stat)[2]) != pgid:
+                continue
+            states = [_stat_fields(task)[0] for task in stat.parent.glob("task/*/stat")]
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        if any(state not in "ZX" for state in states):
             members.append(int(stat.parent.name))
     return members
 
@@ -198,6 +209,12 @@ def _wait(predicate: Any, timeout: float, interval: float = 0.2) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def _accepts_connections(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex((LOCALHOST, port)) == 0
 
 
 def _http_status(url: str, timeout: float = 2.0) -> int | None:
@@ -568,8 +585,13 @@ class MlflowServer:
             raise
 
     def stop(self, grace: float = 5) -> None:
-        """Stop the server (SIGTERM, SIGKILL after `grace` s; 0: kill at once, as a crash)."""
+        """Stop the server (SIGTERM, SIGKILL after `grace` s; 0: kill at once, as a crash).
+
+        Returns once its port refuses connections, so that a test sees a server that is down,
+        not one half-way through dying."""
         self.daemon.stop(grace)
+        if not _wait(lambda: not _accepts_connections(self.port), timeout=10, interval=0.05):
+            raise ServiceError(f"port {self.port} still accepts connections after stopping")
 
     @contextlib.contextmanager
     def outage(self, grace: float = 0) -> Iterator[None]:
