@@ -47,7 +47,9 @@ def rng_states() -> dict[str, Any]:
 
 def restore_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
-    if states["cuda"] and torch.cuda.is_available():
+    # Only when the GPU count matches (a job may resume on another node); training draws its
+    # randomness from seeded generators, so the global CUDA state is restored for completeness.
+    if states["cuda"] and len(states["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(states["cuda"])
     numpy_state = states["numpy"]
     np.random.set_state(

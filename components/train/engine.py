@@ -16,6 +16,7 @@ Every figure it reports means exactly one thing:
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import random
@@ -60,6 +61,13 @@ def pick_device(name: str) -> torch.device:
         raise AmpbenchError(f"--device {name}: no CUDA GPU is visible to this process")
     if device.type not in ("cpu", "cuda"):
         raise AmpbenchError(f"--device {name}: only cpu and cuda are supported")
+    if device.type == "cuda":
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise AmpbenchError(
+                f"--device {name}: this process sees {torch.cuda.device_count()} CUDA GPU(s)"
+            )
+        # Later calls that take no device (empty_cache, the bf16 check) act on this one.
+        torch.cuda.set_device(device)
     return device
 
 
@@ -105,6 +113,7 @@ class MemoryMeter:
         """Take the baseline: the run's memory is what comes after this."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+            gc.collect()  # an earlier run's unreferenced tensors would count against this one
             torch.cuda.empty_cache()
         else:
             self.baseline = self._status_kb("VmRSS")
@@ -153,8 +162,11 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     if deterministic:
         # cuBLAS needs this before its first call to be deterministic.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.deterministic = True
+    # Set both ways: an earlier run in this process may have turned them on. warn_only: CUDA
+    # has no deterministic backward for adaptive pooling (every model here ends with one);
+    # torch warns, naming the op, instead of refusing the run.
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.deterministic = deterministic
     torch.backends.cudnn.benchmark = not deterministic
 
 
@@ -289,6 +301,9 @@ class Trainer:
             momentum=config.momentum,
             nesterov=True,
             weight_decay=config.weight_decay,
+            # On CUDA the fused kernel takes the GradScaler's inf check on the device; any
+            # other optimizer makes scaler.step() wait for the host on every fp16 step.
+            fused=self.device.type == "cuda",
         )
         self.schedule = OneCycle(self.steps_per_epoch * config.epochs, config.warmup_fraction)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
@@ -436,7 +451,14 @@ class Trainer:
                 f"--checkpoint-dir {config.checkpoint_dir}: holds checkpoints of an earlier run; "
                 "pass --resume to continue it, or use an empty directory"
             )
-        model: nn.Module = torch.compile(self.model) if config.compile else self.model
+        if config.compile:
+            # Dynamo's cache is per code object, shared by every model built in this process:
+            # without a reset an earlier run's batch size makes this one's shapes dynamic, and
+            # after 8 models it stops compiling without a word.
+            torch._dynamo.reset()
+        model: nn.Module = (
+            torch.compile(self.model, dynamic=False) if config.compile else self.model
+        )
         measured_images = 0
         measured_time = 0.0
         # Short runs keep at least half their steps for the measurement.
@@ -492,6 +514,7 @@ class Trainer:
                             config.checkpoint_every
                             and state.global_step % config.checkpoint_every == 0
                         ):
+                            _sync(self.device)  # the queued steps belong to training time
                             state.epoch_elapsed_s += time.perf_counter() - epoch_start
                             self.save_checkpoint()
                             epoch_start = time.perf_counter()

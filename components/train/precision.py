@@ -79,7 +79,8 @@ def resolve(requested: str, device: torch.device) -> Precision:
             f"--precision tf32: {torch.cuda.get_device_name(device)} has no TF32 (needs compute "
             "capability 8.0 or newer)"
         )
-    if cuda and name == "bf16" and not torch.cuda.is_bf16_supported():
+    # Emulated bf16 (V100, T4) runs far slower than fp32, which is no arm to measure.
+    if cuda and name == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise AmpbenchError(
             f"--precision {requested}: {torch.cuda.get_device_name(device)} does not support "
             "bfloat16; use fp16"

@@ -111,7 +111,8 @@ def run_training(
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=2) + "\n")
     model_path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(trainer.model.state_dict(), model_path)
+    # On the host: the file then loads on a machine without the GPU it was trained on.
+    torch.save({k: v.cpu() for k, v in trainer.model.state_dict().items()}, model_path)
     if arm_run is not None:
         # After the outputs are written: if MLflow is down for good, nothing is lost.
         model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
