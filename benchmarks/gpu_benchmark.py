@@ -5,8 +5,8 @@ memory, accuracy and the speedup and memory ratio against strict fp32 at the sam
 and writes the table as JSON. Goals on an H200 (issue 4): fp16/bf16 2 epochs in <= 3 s of
 training time, >= 4x strict fp32, peak memory <= 0.55x fp32.
 
-It needs only this repository and the CIFAR-10 archive (torch, torchvision, numpy, pyarrow and
-Pillow installed; ampbench itself need not be):
+It needs only this repository and the CIFAR-10 archive (torch, torchvision, numpy, pyarrow,
+Pillow and tqdm installed; simplejpeg speeds up decoding if present; ampbench itself need not be):
 
     python benchmarks/gpu_benchmark.py --data cifar10-jpeg.tar.gz --json gpu.json
     python benchmarks/gpu_benchmark.py --device cpu   # smoke test: tiny subset, fp32 and bf16
