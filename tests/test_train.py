@@ -11,7 +11,7 @@ import torch
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.data import random_crop_flip, step_generator
 from ampbench.components.train.engine import Trainer, train
-from ampbench.components.train.precision import resolve
+from ampbench.components.train.precision import math_mode, resolve
 from ampbench.components.train.step import run_training
 from ampbench.errors import AmpbenchError
 
@@ -43,6 +43,51 @@ def test_cuda_only_precisions_fail_on_cpu_before_any_data_is_read(
     config = TrainConfig(dataset_dir=tmp_path / "missing", precision=requested, device="cpu")
     with pytest.raises(AmpbenchError, match=f"{requested} needs a CUDA GPU"):
         Trainer(config)
+
+
+def fake_gpu(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int]) -> torch.device:
+    """resolve() sees a GPU of this compute capability (it asks nothing else of the device)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: f"GPU sm{capability}")
+    return torch.device("cuda")
+
+
+def test_cuda_precisions_resolve_by_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+    hopper = fake_gpu(monkeypatch, (9, 0))
+    amp = resolve("amp", hopper)
+    assert (amp.name, amp.autocast_dtype, amp.grad_scaler) == ("fp16", torch.float16, True)
+    bf16 = resolve("bf16", hopper)
+    assert (bf16.autocast_dtype, bf16.grad_scaler) == (torch.bfloat16, False)
+    tf32 = resolve("tf32", hopper)
+    assert tf32.autocast_dtype is None and tf32.describe()["tf32_cudnn"] is True
+    assert resolve("fp32", hopper).describe()["tf32_cudnn"] is False
+
+
+@pytest.mark.parametrize(
+    ("requested", "capability", "message"),
+    [
+        ("bf16", (7, 0), r"GPU sm\(7, 0\) does not support bfloat16; use fp16"),
+        ("bf16", (7, 5), "does not support bfloat16"),
+        ("tf32", (7, 5), r"has no TF32 \(needs compute capability 8.0"),
+    ],
+)
+def test_precisions_a_gpu_cannot_run_are_errors(
+    requested: str, capability: tuple[int, int], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(AmpbenchError, match=message):
+        resolve(requested, fake_gpu(monkeypatch, capability))
+
+
+def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gpu = fake_gpu(monkeypatch, (9, 0))
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    for name, expected in (("fp32", False), ("tf32", True), ("bf16", False)):
+        with math_mode(resolve(name, gpu)):
+            assert torch.backends.cuda.matmul.allow_tf32 is expected, name
+            assert torch.backends.cudnn.allow_tf32 is expected, name
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
 
 
 def test_unknown_precision_is_an_error() -> None:

@@ -79,8 +79,9 @@ def resolve(requested: str, device: torch.device) -> Precision:
             f"--precision tf32: {torch.cuda.get_device_name(device)} has no TF32 (needs compute "
             "capability 8.0 or newer)"
         )
-    # Emulated bf16 (V100, T4) runs far slower than fp32, which is no arm to measure.
-    if cuda and name == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
+    # Native bf16 only (compute capability 8.0+): torch.cuda.is_bf16_supported() also accepts
+    # the emulated bf16 of a V100 or T4, far slower than fp32 and no arm to measure.
+    if cuda and name == "bf16" and torch.cuda.get_device_capability(device) < (8, 0):
         raise AmpbenchError(
             f"--precision {requested}: {torch.cuda.get_device_name(device)} does not support "
             "bfloat16; use fp16"
