@@ -4,7 +4,7 @@ fp32   strict FP32: TF32 off for matmuls and for cuDNN convolutions (cuDNN allow
        default, which would quietly make an "FP32" baseline TF32 on Ampere and newer GPUs)
 tf32   FP32 storage with TF32 tensor-core math allowed (CUDA, compute capability 8.0+)
 fp16   autocast float16 + GradScaler (CUDA)
-bf16   autocast bfloat16, no scaler (CPU, or CUDA with bf16 support)
+bf16   autocast bfloat16, no scaler (CPU, or CUDA with native bf16: compute capability 8.0+)
 amp    fp16 on CUDA, bf16 on CPU
 """
 
