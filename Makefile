@@ -37,7 +37,7 @@ test: lint services ## Lint, install the services the tests start (Ceph RGW), ru
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: ## ruff, and the offline Dockerfile and manifest checks
-	@# The two venvs are independent: built side by side, a fresh checkout's first run is ~40 s shorter.
+	@# The two venvs are independent: built side by side, a fresh checkout's setup is ~25 s shorter.
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

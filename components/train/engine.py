@@ -66,7 +66,7 @@ def pick_device(name: str) -> torch.device:
             raise AmpbenchError(
                 f"--device {name}: this process sees {torch.cuda.device_count()} CUDA GPU(s)"
             )
-        # Later calls that take no device (empty_cache, the bf16 check) act on this one.
+        # Later calls that take no device (empty_cache) act on this one.
         torch.cuda.set_device(device)
     return device
 
