@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from types import TracebackType
+from typing import TextIO
 
 from tqdm import tqdm
 
@@ -33,10 +34,23 @@ def world_size() -> int:
     return _environ_int("WORLD_SIZE", 1)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a line is logged: a handler that kept the stream
+    of its set-up would write to a closed file once a test harness has swapped it back."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def setup_logging(verbose: bool = False) -> None:
     """Plain timestamped lines on stderr; the rank is named once there is more than one."""
     prefix = f"[rank {rank()}/{world_size()}] " if world_size() > 1 else ""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s %(levelname)s {prefix}%(message)s", "%H:%M:%S")
     )
