@@ -1,4 +1,4 @@
-"""MLflow tracking that never costs a training run: buffered, batched, retried, never silent.
+"""MLflow tracking that never costs a timed step: buffered, batched, retried, never silent.
 
 Each training arm is a child run; the compare step creates the pipeline run's parent run and
 adopts the children (MLflow nests runs by their `mlflow.parentRunId` tag), so that parallel
@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -70,17 +69,19 @@ def flatten_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str
         if isinstance(value, Mapping):
             flat.update(flatten_params(value, f"{name}."))
         else:
-            flat[name] = "" if value is None else str(value)
+            flat[name] = "none" if value is None else str(value)  # as the tags say it
     return flat
 
 
 class ArmRun:
     """The MLflow run of one training arm.
 
-    Values are queued and sent by a background thread, so that the training loop never waits
-    for MLflow, and a server that is slow, down or restarting costs it nothing: what cannot
-    be sent is kept and sent when the server answers again (after a back-off). `finish`
-    sends what is left, retrying, and raises an error naming what never arrived.
+    The run and its params are created when this is made, before training starts; metric
+    values are queued by `log_metrics` and sent by `flush`, which the train step calls between
+    epochs: nothing of MLflow's runs while training steps are timed. A server that is slow,
+    down or restarting costs the training nothing but those between-epoch attempts: what
+    cannot be sent is kept, and tried again once RETRY_AFTER_S has passed. `finish` sends what
+    is left, retrying, and raises an error naming what never arrived.
     """
 
     RETRY_AFTER_S = 30.0  # back-off between attempts while the server does not answer
@@ -97,22 +98,8 @@ class ArmRun:
         self.run_id: str | None = None
         self.client = _client()
         self._failing = False
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._closing = False
-        self._sender = threading.Thread(target=self._send_loop, name="mlflow-sender", daemon=True)
-        self._sender.start()
-        self._wake.set()  # create the run now, in the background
-
-    def _send_loop(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._closing:
-                return
-            if not self.flush():
-                # Wait out the back-off, unless finish() wants the thread back sooner.
-                self._wake.wait(self.RETRY_AFTER_S)
+        self._next_attempt = 0.0  # time.monotonic() before which flush() does not try
+        self.flush()  # create the run now, before the clock starts
 
     def _ensure_run(self) -> str:
         from mlflow.entities import Param
@@ -132,22 +119,22 @@ class ArmRun:
         return self.run_id
 
     def flush(self) -> bool:
-        """Send the run and everything pending; False (and kept for later) if MLflow is down."""
+        """Send the run and everything pending now; False (and kept for later) if MLflow is
+        down or was down less than RETRY_AFTER_S ago."""
+        if time.monotonic() < self._next_attempt:
+            return False
         try:
             run_id = self._ensure_run()
-            while True:
-                with self._lock:
-                    chunk = self.pending[:MAX_METRICS_PER_BATCH]
-                if not chunk:
-                    break
+            while self.pending:
+                chunk = self.pending[:MAX_METRICS_PER_BATCH]
                 self.client.log_batch(run_id, metrics=chunk)
-                with self._lock:
-                    del self.pending[: len(chunk)]
+                del self.pending[: len(chunk)]
         except Exception as error:
+            self._next_attempt = time.monotonic() + self.RETRY_AFTER_S
             if not self._failing:
                 self._failing = True
                 log.warning(
-                    "MLflow at %s unreachable (%s); buffering, will retry",
+                    "MLflow at %s unreachable (%s); buffering, will retry between epochs",
                     safe_tracking_uri(),
                     type(error).__name__,
                 )
@@ -158,18 +145,15 @@ class ArmRun:
         return True
 
     def log_metrics(self, values: Mapping[str, float | int | None], step: int) -> None:
-        """Queue values (None ones are left out) for the sender; returns at once."""
+        """Queue values (None ones are left out) for the next flush."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [
+        self.pending += [
             Metric(key, float(value), now, step)
             for key, value in values.items()
             if value is not None
         ]
-        with self._lock:
-            self.pending += metrics
-        self._wake.set()
 
     def finish(
         self,
@@ -179,10 +163,8 @@ class ArmRun:
         registered_model_name: str | None = None,
     ) -> str:
         """Flush (retrying), log artifacts and the model, end the run; raise if any is lost."""
-        self._closing = True
-        self._wake.set()
-        self._sender.join()
         for attempt in range(FINAL_FLUSH_ATTEMPTS):
+            self._next_attempt = 0.0
             if self.flush():
                 break
             time.sleep(min(30, 2**attempt))

@@ -138,5 +138,5 @@ def test_checkpoints_in_s3_survive_and_resume(
     assert names(directory) == ["ckpt-000000004.pt", "ckpt-000000006.pt"]  # the last 2 kept
     # A retried task (same directory, --resume) finds the run finished and ends as it did.
     again, _ = train(TrainConfig(**{**config.__dict__, "epochs": 1, "resume": True}))
-    assert again["resumed_from"] == f"{directory}/ckpt-000000006.pt"
-    assert again["accuracy"] == first["accuracy"]
+    assert again.resumed_from == f"{directory}/ckpt-000000006.pt"
+    assert again.accuracy == first.accuracy

@@ -3,12 +3,15 @@ caught and named, fp16 loss-scale skips counted, compilation timed apart."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +21,18 @@ import torch
 from ampbench.components.train import engine
 from ampbench.components.train.checkpoint import NAME
 from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer, train
-from ampbench.components.train.precision import Precision
+from ampbench.components.train.engine import MemoryMeter, Trainer, train
+from ampbench.components.train.models import small_cnn
 from ampbench.errors import AmpbenchError
+from ampbench.results import ArmResults
 
-TIMING_KEYS = {"time_s", "throughput_img_s", "peak_memory_mb"}
+TIMING_KEYS = {"time_s", "throughput_img_s", "train_peak_memory_mb"}
 
 
-def metrics_only(results: dict[str, Any]) -> list[dict[str, Any]]:
+def metrics_only(results: ArmResults | dict[str, Any]) -> list[dict[str, Any]]:
     """The per-epoch learning metrics, without wall-clock or memory readings."""
-    return [{k: v for k, v in epoch.items() if k not in TIMING_KEYS} for epoch in results["epochs"]]
+    epochs = results["epochs"] if isinstance(results, dict) else map(asdict, results.epochs)
+    return [{k: v for k, v in epoch.items() if k not in TIMING_KEYS} for epoch in epochs]
 
 
 def small_config(dataset: Path, **overrides: Any) -> TrainConfig:
@@ -37,7 +42,7 @@ def small_config(dataset: Path, **overrides: Any) -> TrainConfig:
         "model": "small-cnn",
         "epochs": 2,
         "batch_size": 50,
-        "subset": 400,
+        "subset": 200,
         "device": "cpu",
         "deterministic": True,
     }
@@ -149,57 +154,191 @@ def test_divergence_stops_with_the_step_named(synthetic_dataset: Path) -> None:
         train(small_config(synthetic_dataset, lr=1e12, epochs=1))
 
 
-def fp16_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fp16 arm (autocast float16 + GradScaler) on the CPU, which the engine normally
-    refuses (no fast fp16 kernels there) but which exercises the same code as on CUDA."""
-    fp16 = Precision("fp16", "fp16", "cpu")
-    assert fp16.autocast_dtype == torch.float16 and fp16.grad_scaler
-    monkeypatch.setattr(engine, "resolve", lambda requested, device: fp16)
+@pytest.fixture()
+def tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small-cnn 8 channels wide: fp16 on a CPU runs scalar fallback kernels (100 images
+    take 15 s at the usual width), and the GradScaler's bookkeeping is what is tested."""
+    monkeypatch.setattr(engine, "build_model", lambda name, classes: small_cnn(classes, width=8))
 
 
-def test_fp16_skipped_steps_are_counted(
-    synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fp16_on_cpu(monkeypatch)
-    # A loss scale of 2^24 overflows fp16 gradients: the scaler skips and halves until it fits.
-    # (fp16 kernels are slow on a CPU: small batches keep this test short.)
+@pytest.mark.usefixtures("tiny_model")
+def test_fp16_skipped_steps_are_counted(synthetic_dataset: Path) -> None:
+    # fp16 (autocast float16 + GradScaler) on the CPU, emulated on most CPUs: the same code as
+    # on CUDA. A loss scale of 2^20 overflows fp16 gradients: the scaler skips and halves
+    # until it fits.
     config = small_config(
-        synthetic_dataset, initial_loss_scale=2.0**24, epochs=1, batch_size=10, subset=200
-    )
+        synthetic_dataset, precision="fp16", allow_emulated=True, initial_loss_scale=2.0**20,
+        epochs=1, batch_size=10, subset=100,
+    )  # fmt: skip
     results, _ = train(config)
-    assert results["grad_scaler"] is True
-    skipped = results["skipped_steps"]
-    assert 1 <= skipped < 20
-    assert skipped == results["epochs"][0]["skipped_steps"]
-    # Each skipped step halves the scale (and 20 steps are too few for it to grow back).
-    assert results["loss_scale"] == 2.0**24 / 2**skipped
+    assert results.precision.grad_scaler is True
+    skipped = results.skipped_steps
+    assert 1 <= skipped < 10
+    assert skipped == results.epochs[0].skipped_steps
+    # Each skipped step halves the scale (and 10 steps are too few for it to grow back); the
+    # warm-up's skips were undone with the rest of its state.
+    assert results.loss_scale == 2.0**20 / 2**skipped
 
 
-def test_fp16_skipping_every_step_stops(
-    synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fp16_on_cpu(monkeypatch)
+@pytest.mark.usefixtures("tiny_model")
+def test_fp16_skipping_every_step_stops(synthetic_dataset: Path) -> None:
     config = small_config(
         synthetic_dataset,
+        precision="fp16",
+        allow_emulated=True,
         initial_loss_scale=2.0**60,
         max_skipped_steps=5,
         epochs=1,
         batch_size=10,
-        subset=120,
+        subset=60,
+        warmup_steps=1,
     )
     with pytest.raises(AmpbenchError, match=r"skipped \d+ steps in a row"):
         train(config)
 
 
-def test_compile_time_is_reported_apart(synthetic_dataset: Path) -> None:
-    config = small_config(synthetic_dataset, compile=True, epochs=1, deterministic=False)
-    trainer = Trainer(config)
-    buffers = {name: b.clone() for name, b in trainer.model.named_buffers()}
-    trainer.warm_up_compiled(torch.compile(trainer.model))
-    # The warm-up leaves the model as it found it (BatchNorm statistics included).
-    for name, buffer in trainer.model.named_buffers():
-        assert torch.equal(buffer, buffers[name]), name
-    results = trainer.run()
-    assert results["compile_time_s"] > 0
-    assert results["train_time_s"] == pytest.approx(sum(e["time_s"] for e in results["epochs"]))
-    assert results["accuracy"] is not None
+def test_compilation_happens_in_the_warm_up_not_the_clock(
+    synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inductor's code generation takes a minute on two CPU cores; AOT autograd without it
+    # traces and compiles the same graphs, which is what the warm-up must hold.
+    compile_function = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda model, **kw: compile_function(model, backend="aot_eager", **kw)
+    )
+    results, _ = train(small_config(synthetic_dataset, compile=True, epochs=1, deterministic=False))
+    timing = results.timing
+    assert 0 < timing.compile_s <= timing.warmup_s
+    assert timing.train_time_s == pytest.approx(sum(e.time_s for e in results.epochs))
+    assert results.hyperparameters["compile"] is True
+
+
+def test_the_warm_up_leaves_the_training_trajectory_unchanged(synthetic_dataset: Path) -> None:
+    """Warmed-up and cold runs end bitwise alike."""
+    settings = {"batch_size": 20, "subset": 100}
+    warm, warm_model = train(small_config(synthetic_dataset, warmup_steps=4, **settings))
+    cold, cold_model = train(small_config(synthetic_dataset, warmup_steps=0, **settings))
+    assert warm.timing.warmup_steps == 4 and warm.timing.warmup_s > 0
+    assert cold.timing.warmup_s == 0
+    assert metrics_only(warm) == metrics_only(cold)
+    for (name, a), b in zip(
+        warm_model.state_dict().items(), cold_model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.usefixtures("tiny_model")
+def test_the_warm_up_puts_back_everything_a_step_changes(synthetic_dataset: Path) -> None:
+    """fp16 (emulated here) moves the most state: the GradScaler's scale and growth tracker,
+    momentum buffers, the schedule, BatchNorm statistics, the skip counters, the RNG."""
+    trainer = Trainer(
+        small_config(
+            synthetic_dataset, precision="fp16", allow_emulated=True, batch_size=10,
+            subset=50, initial_loss_scale=2.0**24, warmup_steps=2,
+        )
+    )  # fmt: skip
+    before = copy.deepcopy(trainer.training_state())
+    scales_seen = []
+    step = trainer.train_step
+
+    def recording_step(*args: Any) -> None:
+        step(*args)
+        scales_seen.append(trainer.scaler.get_scale())
+
+    trainer.train_step = recording_step  # type: ignore[method-assign]
+    trainer.warm_up(trainer.model)
+    after = trainer.training_state()
+    assert after["scaler"] == before["scaler"] and after["scheduler"] == before["scheduler"]
+    assert after["optimizer"]["state"] == {} == before["optimizer"]["state"]
+    for part in ("model", "counters"):
+        for name, value in before[part].items():
+            assert torch.equal(after[part][name], value), (part, name)
+    assert torch.equal(after["rng"]["torch"], before["rng"]["torch"])
+    # ...and the steps did run: the scale overflowed and the scaler moved, then was put back.
+    assert scales_seen == [2.0**23, 2.0**22] and trainer.scaler.get_scale() == 2.0**24
+
+
+def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
+    synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first step that costs a second (as cuDNN autotuning or lazy loading would) is paid
+    by the warm-up; without a warm-up it would be training time."""
+    original = Trainer.train_step
+    calls = []
+
+    def slow_first_step(self: Trainer, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1.0)
+        original(self, *args)
+
+    monkeypatch.setattr(Trainer, "train_step", slow_first_step)
+    warm, _ = train(small_config(synthetic_dataset, epochs=1, batch_size=50, subset=100))
+    assert warm.timing.warmup_s >= 1.0 and warm.timing.train_time_s < 1.0
+    assert warm.timing.end_to_end_s > warm.timing.train_time_s + 1.0
+    calls.clear()
+    cold, _ = train(
+        small_config(synthetic_dataset, epochs=1, batch_size=50, subset=100, warmup_steps=0)
+    )
+    assert cold.timing.train_time_s >= 1.0
+
+
+def test_memory_meter_sees_the_resident_data_a_training_peak_and_the_total() -> None:
+    """Large allocations (the C library maps and unmaps them whole) move the resident set by
+    their size: the meter's windows must see exactly that."""
+    meter = MemoryMeter(torch.device("cpu"))
+    meter.start()
+    resident = torch.ones(200 * 2**20 // 4)  # 200 MiB, touched: the "data set"
+    meter.mark_resident()
+    meter.reset_peak()
+    transient = torch.ones(100 * 2**20 // 4)  # the "activations" of a step
+    del transient
+    train_peak = meter.window_peak_mb()
+    meter.reset_peak()  # an "evaluation" window: counts in the total, not in training
+    evaluation = torch.ones(150 * 2**20 // 4)
+    del evaluation
+    record = meter.record()
+    del resident
+    assert record.kind == "cpu_rss"
+    assert 195 < record.resident_mb < 215
+    assert 95 < train_peak < 115 and record.train_peak_mb == pytest.approx(train_peak)
+    assert 345 < record.total_peak_mb < 375  # resident + the largest window above it
+
+
+def test_nothing_else_runs_in_this_process_while_steps_are_timed(
+    synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracked in MLflow, the run is created before the clock and no thread but this one is
+    alive during timed steps (MLflow sends between epochs)."""
+    from mlflow import MlflowClient
+
+    from ampbench.components.train.step import TrackingOptions, run_training
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    original_run, original_step = Trainer.run, Trainer.train_step
+    runs_at_start: list[Any] = []
+    threads_during_steps: set[str] = set()
+
+    def run(self: Trainer) -> ArmResults:
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("before-the-clock")
+        runs_at_start.extend(client.search_runs([experiment.experiment_id]) if experiment else [])
+        return original_run(self)
+
+    def step(self: Trainer, *args: Any) -> None:
+        threads_during_steps.update(t.name for t in threading.enumerate())
+        original_step(self, *args)
+
+    monkeypatch.setattr(Trainer, "run", run)
+    monkeypatch.setattr(Trainer, "train_step", step)
+    threads_before = {t.name for t in threading.enumerate()}
+    run_training(
+        small_config(synthetic_dataset, epochs=2, batch_size=50, subset=100),
+        tmp_path / "results.json",
+        tmp_path / "model.pt",
+        TrackingOptions(experiment="before-the-clock"),
+    )
+    (created,) = runs_at_start
+    assert created.data.params["batch_size"] == "50" and created.data.tags["ampbench.seed"]
+    assert threads_during_steps <= threads_before, threads_during_steps - threads_before

@@ -4,4 +4,9 @@ The names below are here, free of torch, so that a command line can offer them q
 """
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
+# The pair the published experiment compares, and so the pipeline's default arms.
+BASELINE_PRECISION = "fp32"
+AMP_PRECISION = "amp"
+# The published experiment's data set, and so what `ampbench run` and the pipeline train on.
+DEFAULT_DATA = "cifar10"
 MODELS = ("resnet18", "resnet18-imagenet", "small-cnn")

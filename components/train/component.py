@@ -3,27 +3,48 @@
 from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
+from ampbench.components.defaults import with_defaults
+from ampbench.components.train.config import TrainConfig
+from ampbench.tracking import DEFAULT_EXPERIMENT
+
+# Component parameter -> its default, from the one place each is defined.
+DEFAULTS = {
+    "epochs": TrainConfig.epochs,
+    "batch_size": TrainConfig.batch_size,
+    "lr": TrainConfig.lr,
+    "seed": TrainConfig.seed,
+    "model_name": TrainConfig.model,
+    "label_smoothing": TrainConfig.label_smoothing,
+    "compile_model": TrainConfig.compile,
+    "deterministic": TrainConfig.deterministic,
+    "subset": TrainConfig.subset,
+    "checkpoint_every": TrainConfig.checkpoint_every,
+    "allow_emulated": TrainConfig.allow_emulated,
+    "experiment": DEFAULT_EXPERIMENT,
+}
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+@with_defaults(DEFAULTS)
 def train(
     dataset: dsl.Input[dsl.Dataset],
     precision: str,
     model: dsl.Output[dsl.Model],
     metrics: dsl.Output[dsl.Metrics],
     results: dsl.Output[dsl.Artifact],
-    epochs: int = 2,
-    batch_size: int = 128,
-    lr: float = 0.1,
-    seed: int = 0,
-    model_name: str = "resnet18",
-    label_smoothing: float = 0.0,
-    compile_model: bool = False,
-    deterministic: bool = False,
-    subset: int = 0,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    model_name: str,
+    label_smoothing: float,
+    compile_model: bool,
+    deterministic: bool,
+    subset: int,
+    checkpoint_every: int,
+    allow_emulated: bool,
+    experiment: str,
     checkpoint_dir: str = "",
-    checkpoint_every: int = 0,
-    experiment: str = "ampbench",
     pipeline_run_id: str = "",
     registered_model_name: str = "",
     tracking: bool = True,
@@ -35,12 +56,17 @@ def train(
     """Train one precision arm; outputs the state dict, headline metrics and results JSON.
 
     requested_*: what the task asked Kubernetes for, recorded in the results beside the
-    device that actually ran it.
+    device that actually ran it (inside a pod only).
     """
     from pathlib import Path
 
     from ampbench.components.train.config import TrainConfig
-    from ampbench.components.train.step import TrackingOptions, run_training, summary
+    from ampbench.components.train.step import (
+        TrackingOptions,
+        requested_resources_in_pod,
+        run_training,
+        summary,
+    )
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
 
@@ -65,18 +91,16 @@ def train(
                 checkpoint_dir=run_dir if checkpoint_dir else None,
                 checkpoint_every=checkpoint_every if checkpoint_dir else 0,
                 resume=bool(checkpoint_dir),
+                allow_emulated=allow_emulated,
             ),
             Path(results.path),
             Path(model.path),
             TrackingOptions(experiment, pipeline_run_id, registered_model_name)
             if tracking
             else None,
-            requested_resources={
-                "gpu_type": requested_gpu_type,
-                "gpu_count": requested_gpu_count,
-                "cpu": requested_cpu,
-                "memory": requested_memory,
-            },
+            requested_resources=requested_resources_in_pod(
+                requested_gpu_type, requested_gpu_count, requested_cpu, requested_memory
+            ),
         )
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)

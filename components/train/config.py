@@ -6,13 +6,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ampbench.components.train import AMP_PRECISION
 from ampbench.errors import AmpbenchError
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     dataset_dir: Path
-    precision: str = "amp"
+    precision: str = AMP_PRECISION
     epochs: int = 2
     batch_size: int = 128
     lr: float = 0.1
@@ -33,6 +34,8 @@ class TrainConfig:
     resume: bool = False
     max_skipped_steps: int = 50
     initial_loss_scale: float = 2.0**16  # GradScaler's default
+    warmup_steps: int = 3  # untimed training steps before the clock starts (then undone)
+    allow_emulated: bool = False  # measure a precision the device has no native math for
 
     def validate(self) -> None:
         positive = {
@@ -51,12 +54,22 @@ class TrainConfig:
             raise AmpbenchError(f"--label-smoothing: must be in [0, 1), not {self.label_smoothing}")
         if not 0 < self.warmup_fraction < 1:
             raise AmpbenchError(f"--warmup-fraction: must be in (0, 1), not {self.warmup_fraction}")
-        if self.subset < 0 or self.checkpoint_every < 0:
-            raise AmpbenchError("--subset and --checkpoint-every: must be 0 (off) or positive")
+        if self.subset < 0 or self.checkpoint_every < 0 or self.warmup_steps < 0:
+            raise AmpbenchError(
+                "--subset, --checkpoint-every and --warmup-steps: must be 0 (off) or positive"
+            )
+        if self.compile and self.warmup_steps == 0:
+            raise AmpbenchError(
+                "--compile with --warmup-steps 0: compilation would be timed as training; "
+                "give it at least one warm-up step"
+            )
         if (self.resume or self.checkpoint_every) and not self.checkpoint_dir:
             raise AmpbenchError("--resume and --checkpoint-every: need --checkpoint-dir")
 
     def hyperparameters(self) -> dict[str, Any]:
+        # What changes neither the training nor its measurement (emulation is recorded with
+        # the precision).
         skip = {"dataset_dir", "device", "checkpoint_dir", "resume", "keep_checkpoints"}
+        skip |= {"allow_emulated"}
         values = {k: v for k, v in asdict(self).items() if k not in skip}
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}

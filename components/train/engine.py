@@ -1,17 +1,19 @@
 """The training engine: one arm (a precision) trained and measured, as plainly as possible.
 
-Every figure it reports means exactly one thing:
-- train_time_s: wall time of the training epochs, device-synchronised; evaluation, checkpoint
-  writes and torch.compile's warm-up are timed apart (eval_time_s, checkpoint_time_s,
-  compile_time_s).
-- throughput_img_s: training images per second, without the process's first WARMUP_STEPS
-  steps (autotuning, allocator growth; at most half the steps of a short run) and without
-  compilation.
-- peak_memory_mb: the highest of the epochs' peaks (each epoch, with its evaluation, is one
-  window). CUDA: torch.cuda.max_memory_allocated; CPU: growth of the process's peak resident
-  set (the kernel's high-water mark) over its size before the data was loaded. Either way it
-  counts everything the run holds: the uint8 dataset on the device (about 176 MiB for
-  CIFAR-10), the model, optimizer state and activations.
+The measurement protocol, the same for every entry point (the pipeline's train step,
+`ampbench train`, the benchmarks), is here and nowhere else:
+1. The precision is resolved against the device before any data is read (precision.py).
+2. The process's memory is read before the data upload (the total's baseline), the data set
+   and the model are put on the device, and memory is read again (what is resident before the
+   first step).
+3. An untimed warm-up of `warmup_steps` real training steps pays the one-time costs - CUDA's
+   lazy module loading, cuDNN autotuning, the allocator's growth, torch.compile - and is then
+   undone (model, optimizer, scheduler, scaler, counters and RNG put back), so the trajectory
+   is the one an unwarmed run would take.
+4. The clock runs over the training steps only, device-synchronised; evaluation and checkpoint
+   writes are timed apart, and whoever tracks the run (MLflow) does its work between epochs,
+   never while steps are timed.
+What each figure means is written once, in ampbench/results.py (DEFINITIONS and the schema).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import platform
 import random
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,91 +39,145 @@ from ampbench.components.train import checkpoint
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
 from ampbench.components.train.models import build_model, parameter_count
-from ampbench.components.train.precision import Precision, math_mode, resolve
+from ampbench.components.train.precision import (
+    Precision,
+    cpu_capability,
+    cpu_name,
+    math_mode,
+    resolve,
+)
 from ampbench.dataset_format import SplitTensors, read_metadata, read_split
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
+from ampbench.results import (
+    RESULTS_SCHEMA_VERSION,
+    ArmResults,
+    DatasetRecord,
+    DeviceRecord,
+    EpochRecord,
+    Memory,
+    Timing,
+    Versions,
+)
 from ampbench.sampling import stratified_take
 
-RESULTS_SCHEMA_VERSION = 1
-WARMUP_STEPS = 5
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
 
 
 def pick_device(name: str) -> torch.device:
+    """The device `name` means here (`cuda` becomes `cuda:<current>`), made current."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
         raise AmpbenchError(
             f"--device: '{name}' is not a device (auto, cpu, cuda, cuda:N)"
         ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise AmpbenchError(f"--device {name}: no CUDA GPU is visible to this process")
     if device.type not in ("cpu", "cuda"):
         raise AmpbenchError(f"--device {name}: only cpu and cuda are supported")
-    if device.type == "cuda":
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise AmpbenchError(
-                f"--device {name}: this process sees {torch.cuda.device_count()} CUDA GPU(s)"
-            )
-        # Later calls that take no device (empty_cache) act on this one.
-        torch.cuda.set_device(device)
+    if device.type == "cpu":
+        return device
+    if not torch.cuda.is_available():
+        raise AmpbenchError(f"--device {name}: no CUDA GPU is visible to this process")
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index >= torch.cuda.device_count():
+        raise AmpbenchError(
+            f"--device {name}: this process sees {torch.cuda.device_count()} CUDA GPU(s)"
+        )
+    device = torch.device("cuda", index)
+    # set_device needs an index; calls that take no device (empty_cache) then act on this one.
+    torch.cuda.set_device(device)
     return device
 
 
-def device_name(device: torch.device) -> str:
+def device_record(device: torch.device) -> DeviceRecord:
     if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        major, minor = torch.cuda.get_device_capability(device)
+        return DeviceRecord(
+            "cuda", torch.cuda.get_device_name(device), f"compute capability {major}.{minor}"
+        )
+    return DeviceRecord("cpu", cpu_name(), cpu_capability())
 
 
-def software_versions() -> dict[str, Any]:
+def software_versions() -> Versions:
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
-        "ampbench": __version__,
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn,
-        "python": platform.python_version(),
-    }
+    return Versions(
+        ampbench=__version__,
+        torch=torch.__version__,
+        torchvision=torchvision.__version__,
+        cuda=torch.version.cuda,
+        cudnn=cudnn,
+        python=platform.python_version(),
+    )
+
+
+MB = 2**20
 
 
 class MemoryMeter:
-    """Peak memory of one run; see the module docstring for what it means per device."""
+    """The run's memory in the terms of results.Memory, read in windows.
+
+    `start` takes the baseline (before the data upload), `mark_resident` what is resident
+    before the first step; `reset_peak` opens a window and `window_peak_mb` reads its peak
+    above the resident mark. Every window's peak also counts towards the run's total peak.
+    CUDA: bytes the caching allocator has handed out (and reserved); CPU: the process's
+    resident set and its high-water mark (VmHWM), which only this process's work moves.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.baseline = 0
+        self.cuda = device.type == "cuda"
+        self.baseline = self.resident = (0.0, 0.0)  # (allocated or RSS, reserved) in bytes
+        self.total_peak = (0.0, 0.0)
+        self.train_peak = (0.0, 0.0)
 
     @staticmethod
-    def _status_kb(field_name: str) -> int:
+    def _status_bytes(field_name: str) -> float:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-        return 0
+                return int(line.split()[1]) * 1024.0
+        return 0.0
+
+    def _now(self) -> tuple[float, float]:
+        if self.cuda:
+            return float(torch.cuda.memory_allocated(self.device)), float(
+                torch.cuda.memory_reserved(self.device)
+            )
+        return self._status_bytes("VmRSS"), 0.0
+
+    def _peak(self) -> tuple[float, float]:
+        if self.cuda:
+            return float(torch.cuda.max_memory_allocated(self.device)), float(
+                torch.cuda.max_memory_reserved(self.device)
+            )
+        return self._status_bytes("VmHWM"), 0.0
+
+    def _settle(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
 
     def start(self) -> None:
-        """Take the baseline: the run's memory is what comes after this."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            gc.collect()  # an earlier run's unreferenced tensors would count against this one
+        """The baseline: what the process holds before the run puts anything on the device."""
+        self._settle()
+        gc.collect()  # an earlier run's unreferenced tensors would count against this one
+        if self.cuda:
             torch.cuda.empty_cache()
-        else:
-            self.baseline = self._status_kb("VmRSS")
-        self.reset_peak()
+        self.baseline = self.total_peak = self._now()
+        self._reset_device_peak()  # what came before this run is no part of it
+
+    def mark_resident(self) -> None:
+        """What is resident before the first step: data set, model, optimizer state."""
+        self._settle()
+        self.resident = self._now()
 
     def reset_peak(self) -> None:
-        """Start a new window for peak_mb() (each epoch is one)."""
-        if self.device.type == "cuda":
+        """Fold the current window into the total, and open a new one."""
+        self._fold()
+        self._reset_device_peak()
+
+    def _reset_device_peak(self) -> None:
+        if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
             return
         try:  # "5" resets the kernel's peak-RSS mark (VmHWM) for this process
@@ -129,25 +185,34 @@ class MemoryMeter:
         except OSError:
             log.warning("cannot reset the peak-RSS mark; CPU peak memory includes earlier work")
 
-    def peak_mb(self) -> float:
-        """The peak since the last reset_peak(); see the module docstring."""
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        return max(0, self._status_kb("VmHWM") - self.baseline) / 1024
+    def _fold(self) -> tuple[float, float]:
+        self._settle()
+        peak = self._peak()
+        self.total_peak = (max(self.total_peak[0], peak[0]), max(self.total_peak[1], peak[1]))
+        return peak
 
-    def reserved_mb(self) -> float | None:
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_reserved(self.device) / 2**20
-        return None
+    def window_peak_mb(self) -> float:
+        """The peak of the current window above the resident mark; counts as training."""
+        peak = self._fold()
+        self.train_peak = (max(self.train_peak[0], peak[0]), max(self.train_peak[1], peak[1]))
+        return max(0.0, peak[0] - self.resident[0]) / MB
 
-    @property
-    def kind(self) -> str:
-        return "cuda_max_allocated" if self.device.type == "cuda" else "cpu_peak_rss_growth"
+    def record(self) -> Memory:
+        self._fold()
 
+        def above(value: tuple[float, float], base: tuple[float, float]) -> tuple[float, float]:
+            return max(0.0, value[0] - base[0]) / MB, max(0.0, value[1] - base[1]) / MB
 
-def max_or_none(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
+        train, train_reserved = above(self.train_peak, self.resident)
+        total, total_reserved = above(self.total_peak, self.baseline)
+        return Memory(
+            kind="cuda_allocated" if self.cuda else "cpu_rss",
+            train_peak_mb=train,
+            total_peak_mb=total,
+            resident_mb=above(self.resident, self.baseline)[0],
+            train_peak_reserved_mb=train_reserved if self.cuda else None,
+            total_peak_reserved_mb=total_reserved if self.cuda else None,
+        )
 
 
 def _sync(device: torch.device) -> None:
@@ -253,16 +318,29 @@ class DeviceCounters:
         return cls(**state)
 
 
+def _host_copy(value: Any) -> Any:
+    """A deep copy with every tensor on the host (a state dict holds references to live ones)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: _host_copy(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_host_copy(item) for item in value)
+    return value
+
+
 class Trainer:
     def __init__(
-        self, config: TrainConfig, on_epoch: Callable[[dict[str, Any]], None] | None = None
+        self, config: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None
     ) -> None:
         config.validate()
         self.config = config
         self.on_epoch = on_epoch
         self.device = pick_device(config.device)
+        self.device_record = device_record(self.device)
         # Settle the precision first: an impossible one fails before any data is read.
-        self.precision = resolve(config.precision, self.device)
+        self.precision = resolve(config.precision, self.device, config.allow_emulated)
+        log.info("precision: %s (%s)", self.precision.label, self.precision.support)
         seed_everything(config.seed, config.deterministic)
         self.memory = MemoryMeter(self.device)
         self.memory.start()
@@ -316,16 +394,39 @@ class Trainer:
         self.state = LoopState()
         self.counters = DeviceCounters.zeros(self.device)
         self.resumed_from: str | None = None
-        self.compile_time_s = 0.0
+        self.warmup_s = 0.0
+        self.compile_s = 0.0
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- state: checkpoints and the warm-up's undo -------------------------------------------
+    def training_state(self) -> dict[str, Any]:
+        """Everything a training step changes (references to the live tensors)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": checkpoint.rng_states(),
+            "counters": self.counters.state(),
+        }
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        checkpoint.restore_rng_states(state["rng"])
+        self.counters = DeviceCounters.from_state(
+            {name: value.to(self.device) for name, value in state["counters"].items()}
+        )
+
     def fingerprint(self) -> dict[str, Any]:
-        """What must match for a checkpoint to continue this run."""
+        """What must match for a checkpoint to continue this run (not how it is measured)."""
+        measurement_only = {"compile", "warmup_steps"}
         return {
             "dataset_sha256": self.metadata["source"]["sha256"],
             "dataset_counts": self.metadata["counts"],
             "precision": self.precision.name,
-            **{k: v for k, v in self.config.hyperparameters().items() if k != "compile"},
+            **{k: v for k, v in self.config.hyperparameters().items() if k not in measurement_only},
         }
 
     def save_checkpoint(self) -> None:
@@ -333,13 +434,8 @@ class Trainer:
         started = time.perf_counter()
         state = {
             "fingerprint": self.fingerprint(),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": checkpoint.rng_states(),
             "loop": asdict(self.state),
-            "counters": self.counters.state(),
+            **self.training_state(),
         }
         location = checkpoint.save(
             self.config.checkpoint_dir, self.state.global_step, state, self.config.keep_checkpoints
@@ -359,15 +455,8 @@ class Trainer:
                 f"{location}: checkpoint belongs to a different run (dataset, precision or "
                 "hyperparameters differ); use another --checkpoint-dir"
             )
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
-        checkpoint.restore_rng_states(state["rng"])
+        self.load_training_state(state)
         self.state = LoopState(**state["loop"])
-        self.counters = DeviceCounters.from_state(
-            {name: value.to(self.device) for name, value in state["counters"].items()}
-        )
         self.resumed_from = location
         log.info("resume: %s (epoch %d, step %d)", location, self.state.epoch + 1, self.state.step)
 
@@ -391,23 +480,33 @@ class Trainer:
                 f"{bad // self.steps_per_epoch + 1}, {self.precision.name}); lower --lr"
             )
 
-    def warm_up_compiled(self, compiled: nn.Module) -> None:
-        """Compile before timing starts: forward and backward on one batch. Weights are not
-        stepped, and BatchNorm's running statistics are put back as they were."""
-        buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
+    def warm_up(self, model: nn.Module) -> None:
+        """Untimed real training steps that pay the one-time costs, then undone (step 3 of
+        the protocol in the module docstring)."""
+        steps = self.config.warmup_steps
+        if steps == 0 or self.state.epoch >= self.config.epochs:  # nothing left to time
+            return
+        saved = _host_copy(self.training_state())
+        batch, epoch = self.config.batch_size, self.state.epoch
+        order = epoch_order(len(self.train_data), self.config.seed, epoch, self.device)
         started = time.perf_counter()
-        rows = torch.arange(self.config.batch_size, device=self.device)
-        images, labels = self.train_data.train_batch(rows, step_generator(self.device, 0, 0, 0))
-        with self.precision.autocast():
-            loss = self.criterion(compiled(images), labels)
-        self.scaler.scale(loss).backward()
-        self.optimizer.zero_grad(set_to_none=True)
+        with Progress(steps, f"warm-up {self.precision.name}", unit="step") as progress:
+            for warm_step in range(steps):
+                step = warm_step % self.steps_per_epoch
+                self.train_step(model, order[step * batch : (step + 1) * batch], epoch, step)
+                progress.update()
+                if warm_step == 0 and self.config.compile:
+                    _sync(self.device)
+                    self.compile_s = time.perf_counter() - started
         _sync(self.device)
-        self.compile_time_s = time.perf_counter() - started
-        with torch.no_grad():
-            for name, buffer in self.model.named_buffers():
-                buffer.copy_(buffers[name])
-        log.info("compile: %.1f s (not counted in training time)", self.compile_time_s)
+        self.warmup_s = time.perf_counter() - started
+        self.load_training_state(saved)
+        log.info(
+            "warm-up: %d steps in %.1f s%s, undone; not counted in training time",
+            steps,
+            self.warmup_s,
+            f" (compilation {self.compile_s:.1f} s)" if self.config.compile else "",
+        )
 
     def train_step(self, model: nn.Module, rows: torch.Tensor, epoch: int, step: int) -> None:
         config, counters = self.config, self.counters
@@ -441,7 +540,7 @@ class Trainer:
                 torch.where(first, float(self.state.global_step), counters.first_bad_step)
             )
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> ArmResults:
         config, state = self.config, self.state
         if config.resume:
             self.restore_checkpoint()
@@ -459,18 +558,13 @@ class Trainer:
         model: nn.Module = (
             torch.compile(self.model, dynamic=False) if config.compile else self.model
         )
-        measured_images = 0
-        measured_time = 0.0
-        # Short runs keep at least half their steps for the measurement.
-        remaining = config.epochs * self.steps_per_epoch - state.global_step
-        warm_steps_left = min(WARMUP_STEPS, remaining // 2)
         batch = config.batch_size
         log.info(
             "train: %s on %s (%s), %s, %d images, %d epochs x %d steps, batch %d",
             config.model,
             self.device,
-            device_name(self.device),
-            self.precision.name,
+            self.device_record.name,
+            self.precision.label,
             len(self.train_data),
             config.epochs,
             self.steps_per_epoch,
@@ -479,16 +573,15 @@ class Trainer:
         with math_mode(self.precision), warnings.catch_warnings():
             # When fp16's first step is skipped, torch warns that the scheduler stepped first.
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
-            if config.compile:  # inside math_mode: the compiled code is the one that is timed
-                self.warm_up_compiled(model)
+            self.memory.mark_resident()
+            self.warm_up(model)  # inside math_mode: the code warmed up is the code timed
+            gc.collect()  # not in the middle of a timed epoch
             while state.epoch < config.epochs:
                 epoch = state.epoch
                 order = epoch_order(len(self.train_data), config.seed, epoch, self.device)
-                _sync(self.device)
                 self.memory.reset_peak()
+                _sync(self.device)
                 epoch_start = time.perf_counter()
-                measure_start, measure_from_step = epoch_start, state.step
-                checkpoint_time_at_measure_start = state.checkpoint_time_s
                 with Progress(
                     self.steps_per_epoch - state.step,
                     f"train {self.precision.name} epoch {epoch + 1}/{config.epochs}",
@@ -502,12 +595,6 @@ class Trainer:
                         state.step += 1
                         state.global_step += 1
                         progress.update()
-                        if warm_steps_left > 0:
-                            warm_steps_left -= 1
-                            if warm_steps_left == 0:
-                                _sync(self.device)
-                                measure_start, measure_from_step = time.perf_counter(), state.step
-                                checkpoint_time_at_measure_start = state.checkpoint_time_s
                         if state.global_step % HEALTH_CHECK_EVERY == 0:
                             self.check_health()
                         if (
@@ -519,127 +606,117 @@ class Trainer:
                             self.save_checkpoint()
                             epoch_start = time.perf_counter()
                 _sync(self.device)
-                now = time.perf_counter()
+                epoch_time = state.epoch_elapsed_s + (time.perf_counter() - epoch_start)
+                train_peak_mb = self.memory.window_peak_mb()
                 self.check_health()
-                epoch_time = state.epoch_elapsed_s + (now - epoch_start)
-                # An epoch that ends inside the warm-up measures nothing.
-                steps_measured = state.step - measure_from_step if warm_steps_left == 0 else 0
-                time_measured = (
-                    now
-                    - measure_start
-                    - (state.checkpoint_time_s - checkpoint_time_at_measure_start)
-                )
-                if steps_measured:
-                    measured_images += steps_measured * batch
-                    measured_time += time_measured
-                record = self.finish_epoch(epoch, epoch_time, steps_measured, time_measured)
-                state.history.append(record)
+                record = self.finish_epoch(epoch, epoch_time, train_peak_mb)
+                state.history.append(asdict(record))
                 state.train_time_s += epoch_time
                 state.epoch += 1
                 state.step = 0
                 state.epoch_elapsed_s = 0.0
                 self.counters = DeviceCounters.zeros(self.device)
-                if self.on_epoch is not None:
-                    self.on_epoch(record)
                 if config.checkpoint_dir:
                     self.save_checkpoint()
-        return self.results(measured_images, measured_time)
+                # Whoever tracks the run does its work here, between epochs, off the clock.
+                if self.on_epoch is not None:
+                    self.on_epoch(record)
+        return self.results()
 
-    def finish_epoch(
-        self, epoch: int, epoch_time: float, steps_measured: int, measured_time: float
-    ) -> dict[str, Any]:
+    def finish_epoch(self, epoch: int, epoch_time: float, train_peak_mb: float) -> EpochRecord:
+        """Read the epoch's counters and evaluate (its own memory window, timed apart)."""
         images = self.steps_per_epoch * self.config.batch_size
         totals = torch.stack([self.counters.loss_sum, self.counters.correct, self.counters.skipped])
         loss_sum, correct, skipped = totals.tolist()
+        self.memory.reset_peak()
         eval_start = time.perf_counter()
-        record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "train_loss": loss_sum / images,
-            "train_accuracy": correct / images,
+        evaluated = {
+            split: evaluate(self.model, data, self.precision, self.config.eval_batch_size)
+            for split, data in self.eval_data.items()
         }
-        for split, data in self.eval_data.items():
-            loss, accuracy = evaluate(self.model, data, self.precision, self.config.eval_batch_size)
-            record[f"{split}_loss"] = loss
-            record[f"{split}_accuracy"] = accuracy
         self.state.eval_time_s += time.perf_counter() - eval_start
-        record.update(
-            {
-                "time_s": epoch_time,
-                "throughput_img_s": (
-                    steps_measured * self.config.batch_size / measured_time
-                    if measured_time > 0
-                    else None
-                ),
-                "peak_memory_mb": self.memory.peak_mb(),
-                "peak_memory_reserved_mb": self.memory.reserved_mb(),
-                "lr": self.config.lr * self.schedule(self.state.global_step - 1),
-                # Every arm records both, so that all arms log the same metric names: without
-                # a scaler the scale is 1 and nothing is skipped.
-                "loss_scale": self.scaler.get_scale() if self.precision.grad_scaler else 1.0,
-                "skipped_steps": int(skipped),
-            }
-        )
-        summary = ", ".join(
-            f"{key} {value:.4f}"
-            for key, value in record.items()
-            if key.endswith(("loss", "accuracy"))
+        val = evaluated.get("val", (None, None))
+        record = EpochRecord(
+            epoch=epoch + 1,
+            train_loss=loss_sum / images,
+            train_accuracy=correct / images,
+            test_loss=evaluated["test"][0],
+            test_accuracy=evaluated["test"][1],
+            val_loss=val[0],
+            val_accuracy=val[1],
+            time_s=epoch_time,
+            throughput_img_s=images / epoch_time,
+            train_peak_memory_mb=train_peak_mb,
+            lr=self.config.lr * self.schedule(self.state.global_step - 1),
+            # Every arm records both, so that all arms log the same metric names: without
+            # a scaler the scale is 1 and nothing is skipped.
+            loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else 1.0,
+            skipped_steps=int(skipped),
         )
         log.info(
-            "epoch %d/%d %s: %s, %.1f s",
+            "epoch %d/%d %s: train loss %.4f, accuracy %.4f, test loss %.4f, accuracy %.4f, "
+            "%.1f s, %.1f images/s",
             epoch + 1,
             self.config.epochs,
             self.precision.name,
-            summary,
+            record.train_loss,
+            record.train_accuracy,
+            record.test_loss,
+            record.test_accuracy,
             epoch_time,
+            record.throughput_img_s,
         )
         return record
 
-    def results(self, measured_images: int, measured_time: float) -> dict[str, Any]:
-        history = self.state.history
-        last = history[-1]
-        dataset = self.metadata
-        results: dict[str, Any] = {
-            "schema_version": RESULTS_SCHEMA_VERSION,
-            **self.precision.describe(),
-            "device": self.device.type,
-            "device_name": device_name(self.device),
-            "model": self.config.model,
-            "parameters": parameter_count(self.model),
-            "hyperparameters": self.config.hyperparameters(),
-            "dataset": {
-                "path": str(self.config.dataset_dir),
-                "source": dataset["source"]["spec"],
-                "sha256": dataset["source"]["sha256"],
-                "classes": len(dataset["classes"]),
-                "train_images": len(self.train_data),
-                "test_images": len(self.eval_data["test"]) if "test" in self.eval_data else 0,
-            },
-            "accuracy": last.get("test_accuracy"),
-            "test_loss": last.get("test_loss"),
-            # The peak of the epochs' windows (training and evaluation).
-            "peak_memory_mb": max(r["peak_memory_mb"] for r in history),
-            "peak_memory_reserved_mb": max_or_none(
-                r.get("peak_memory_reserved_mb") for r in history
+    def results(self) -> ArmResults:
+        state, dataset = self.state, self.metadata
+        epochs = [EpochRecord(**record) for record in state.history]
+        last = epochs[-1]
+        trained_images = len(epochs) * self.steps_per_epoch * self.config.batch_size
+        return ArmResults(
+            schema_version=RESULTS_SCHEMA_VERSION,
+            precision=self.precision.record(),
+            device=self.device_record,
+            model=self.config.model,
+            parameters=parameter_count(self.model),
+            hyperparameters=self.config.hyperparameters(),
+            dataset=DatasetRecord(
+                path=str(self.config.dataset_dir),
+                source=dataset["source"]["spec"],
+                sha256=dataset["source"]["sha256"],
+                classes=len(dataset["classes"]),
+                image_shape=list(dataset["image_shape"]),
+                train_images=len(self.train_data),
+                test_images=len(self.eval_data["test"]),
             ),
-            "memory_kind": self.memory.kind,
-            "train_time_s": self.state.train_time_s,
-            "throughput_img_s": measured_images / measured_time if measured_time > 0 else None,
-            "eval_time_s": self.state.eval_time_s,
-            "compile_time_s": self.compile_time_s,
-            "checkpoint_time_s": self.state.checkpoint_time_s,
-            "skipped_steps": sum(r["skipped_steps"] for r in history),
-            "loss_scale": self.scaler.get_scale() if self.precision.grad_scaler else None,
-            "resumed_from": self.resumed_from,
-            "versions": software_versions(),
-            "epochs": history,
-        }
-        return results
+            accuracy=last.test_accuracy,
+            test_loss=last.test_loss,
+            timing=Timing(
+                train_time_s=state.train_time_s,
+                throughput_img_s=trained_images / state.train_time_s,
+                trained_images=trained_images,
+                end_to_end_s=(
+                    self.warmup_s + state.train_time_s + state.eval_time_s + state.checkpoint_time_s
+                ),
+                warmup_s=self.warmup_s,
+                warmup_steps=self.config.warmup_steps,
+                compile_s=self.compile_s,
+                eval_s=state.eval_time_s,
+                checkpoint_s=state.checkpoint_time_s,
+            ),
+            memory=self.memory.record(),
+            skipped_steps=sum(e.skipped_steps for e in epochs),
+            loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else None,
+            resumed_from=self.resumed_from,
+            versions=software_versions(),
+            epochs=epochs,
+        )
 
 
 def train(
-    config: TrainConfig, on_epoch: Callable[[dict[str, Any]], None] | None = None
-) -> tuple[dict[str, Any], nn.Module]:
-    """Train one arm; return its results (see the module docstring) and the trained model."""
+    config: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None
+) -> tuple[ArmResults, nn.Module]:
+    """Train one arm; return its results (see ampbench/results.py) and the trained model."""
     trainer = Trainer(config, on_epoch)
     results = trainer.run()
     return results, trainer.model

@@ -1,25 +1,35 @@
-"""What each --precision means on the device at hand, settled before any training starts.
+"""What each --precision means on the device at hand, settled before any data is read.
 
 fp32   strict FP32: TF32 off for matmuls and for cuDNN convolutions (cuDNN allows TF32 by
        default, which would quietly make an "FP32" baseline TF32 on Ampere and newer GPUs)
 tf32   FP32 storage with TF32 tensor-core math allowed (CUDA, compute capability 8.0+)
-fp16   autocast float16 + GradScaler (CUDA)
-bf16   autocast bfloat16, no scaler (CPU, or CUDA with native bf16: compute capability 8.0+)
-amp    fp16 on CUDA, bf16 on CPU
+fp16   autocast float16 + GradScaler (CUDA 7.0+ tensor cores; CPUs with AVX512_FP16 or AMX-FP16)
+bf16   autocast bfloat16, no scaler (CUDA 8.0+; CPUs with AVX512_BF16 or AMX-BF16)
+amp    what the device runs natively: fp16 on CUDA, bf16 on a CPU
+
+A precision is measured only where the device has native math for it: elsewhere autocast runs
+emulation or fallback kernels (bf16 on a CPU without AVX512_BF16 is 3-8x *slower* than fp32)
+and the comparison would say nothing about mixed precision. Such a run is refused, naming the
+device and what it lacks, unless --allow-emulated asks for it; then it is labelled emulated.
 """
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from ampbench.components.train import PRECISIONS
 from ampbench.errors import AmpbenchError
+from ampbench.results import PrecisionRecord
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# The CUDA compute capability each precision needs natively (tensor cores of that format).
+CUDA_NATIVE = {"fp32": (0, 0), "tf32": (8, 0), "fp16": (7, 0), "bf16": (8, 0)}
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class Precision:
     requested: str
     name: str  # the resolved arm: fp32, tf32, fp16 or bf16
     device_type: str
+    emulated: bool = False
+    support: str = "native"  # one line: why this device runs it as it does
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
@@ -47,46 +59,141 @@ class Precision:
             None if self.autocast_dtype is None else str(self.autocast_dtype).removeprefix("torch.")
         )
 
+    @property
+    def label(self) -> str:
+        """How logs name the arm: `amp (bf16, EMULATED)`."""
+        detail = [self.name] if self.name != self.requested else []
+        detail += ["EMULATED"] if self.emulated else []
+        return f"{self.requested} ({', '.join(detail)})" if detail else self.requested
+
     def autocast(self) -> AbstractContextManager[object]:
         if self.autocast_dtype is None:
             return nullcontext()
         return torch.autocast(self.device_type, dtype=self.autocast_dtype)
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "precision": self.requested,
-            "resolved_precision": self.name,
-            "autocast_dtype": self.autocast_dtype_name,
-            "grad_scaler": self.grad_scaler,
-            "tf32_matmul": self.tf32,
-            "tf32_cudnn": self.tf32,
-        }
+    def record(self) -> PrecisionRecord:
+        return PrecisionRecord(
+            requested=self.requested,
+            resolved=self.name,
+            autocast_dtype=self.autocast_dtype_name,
+            grad_scaler=self.grad_scaler,
+            tf32=self.tf32,
+            emulated=self.emulated,
+            support=self.support,
+        )
 
 
-def resolve(requested: str, device: torch.device) -> Precision:
-    """The precision arm `requested` means on `device`, or a clear error if it cannot run there."""
+# -- what the CPU has ---------------------------------------------------------------------------
+def _read_lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _cpu_flags() -> set[str]:
+    for line in _read_lines("/proc/cpuinfo"):
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _torch_cpu_has(probe: str, flag: str) -> bool:
+    """A torch.cpu probe where this torch has it, else the kernel's flag for the feature."""
+    check = getattr(torch.cpu, probe, None)
+    return bool(check()) if check is not None else flag in _cpu_flags()
+
+
+def cpu_native_features() -> dict[str, bool]:
+    """The CPU's native reduced-precision math, by the names a user would look up.
+
+    oneDNN's own check (torch.ops.mkldnn._is_mkldnn_bf16_supported) is not enough: it says
+    yes for any AVX-512 CPU, where bf16 runs through conversions at a fraction of fp32 speed
+    (measured on an AVX-512 Xeon without AVX512_BF16: ResNet-18 steps 2.8x slower than fp32).
+    """
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return {"BF16": "bf16" in _cpu_flags()}
+    return {
+        "AVX512_BF16": _torch_cpu_has("_is_avx512_bf16_supported", "avx512_bf16"),
+        # Every CPU with AMX tiles (Sapphire Rapids on) has AMX-BF16.
+        "AMX-BF16": _torch_cpu_has("_is_amx_tile_supported", "amx_bf16"),
+        "AVX512_FP16": "avx512_fp16" in _cpu_flags(),
+        "AMX-FP16": _torch_cpu_has("_is_amx_fp16_supported", "amx_fp16"),
+    }
+
+
+def cpu_name() -> str:
+    for line in _read_lines("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_capability() -> str:
+    """The CPU's reduced-precision features, as results record them."""
+    features = cpu_native_features()
+    return ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in features.items())
+
+
+def _cpu_support(name: str) -> tuple[bool, str]:
+    """(native, what makes it so or what is missing) for fp16 or bf16 on this CPU."""
+    features = {f: has for f, has in cpu_native_features().items() if f.endswith(name.upper())}
+    found = [f for f, has in features.items() if has]
+    if found:
+        return True, f"native: {' and '.join(found)} on {cpu_name()}"
+    if not features:
+        return False, f"{cpu_name()} has no native {name} math"
+    return False, f"{cpu_name()} has no {' or '.join(features)}"
+
+
+# -- resolution ---------------------------------------------------------------------------------
+def resolve(requested: str, device: torch.device, allow_emulated: bool = False) -> Precision:
+    """The arm `requested` means on `device`, or a clear error if it cannot run there natively
+    (and emulation was not asked for)."""
     if requested not in PRECISIONS:
         raise AmpbenchError(f"--precision: '{requested}' is not one of {', '.join(PRECISIONS)}")
-    cuda = device.type == "cuda"
-    name = ("fp16" if cuda else "bf16") if requested == "amp" else requested
-    if name in ("fp16", "tf32") and not cuda:
+    if device.type == "cuda":
+        return _resolve_cuda(requested, device, allow_emulated)
+    name = "bf16" if requested == "amp" else requested
+    if name == "tf32":
         raise AmpbenchError(
-            f"--precision {requested}: {name} needs a CUDA GPU; this run is on {device.type} "
-            "(on CPU use fp32, bf16 or amp)"
+            f"--precision {requested}: TF32 is a CUDA tensor-core mode; this run is on "
+            f"{device.type} (on a CPU use fp32, bf16 or amp)"
         )
-    if cuda and name == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
+    if name == "fp32":
+        return Precision(requested, name, device.type, support="native")
+    native, support = _cpu_support(name)
+    if native:
+        return Precision(requested, name, device.type, support=support)
+    if not allow_emulated:
         raise AmpbenchError(
-            f"--precision tf32: {torch.cuda.get_device_name(device)} has no TF32 (needs compute "
-            "capability 8.0 or newer)"
+            f"--precision {requested}: {support}, so {name} autocast would run slow emulation "
+            "kernels and measure nothing of mixed precision; run on a GPU or a CPU with it, or "
+            "pass --allow-emulated to measure the emulation (labelled emulated)"
         )
-    # Native bf16 only (compute capability 8.0+): torch.cuda.is_bf16_supported() also accepts
-    # the emulated bf16 of a V100 or T4, far slower than fp32 and no arm to measure.
-    if cuda and name == "bf16" and torch.cuda.get_device_capability(device) < (8, 0):
+    return Precision(requested, name, device.type, True, f"EMULATED: {support}")
+
+
+def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
+    name = "fp16" if requested == "amp" else requested
+    capability = torch.cuda.get_device_capability(device)
+    gpu = torch.cuda.get_device_name(device)
+    needed = CUDA_NATIVE[name]
+    if capability >= needed:
+        support = f"native: {gpu}, compute capability {capability[0]}.{capability[1]}"
+        return Precision(requested, name, device.type, support=support)
+    missing = (
+        f"{gpu} (compute capability {capability[0]}.{capability[1]}) has no {name} tensor "
+        f"cores (needs {needed[0]}.{needed[1]} or newer)"
+    )
+    if name == "tf32":  # TF32 is a mode of the tensor cores: without them there is no TF32 at all
+        raise AmpbenchError(f"--precision {requested}: {missing}")
+    if not allow_emulated:
         raise AmpbenchError(
-            f"--precision {requested}: {torch.cuda.get_device_name(device)} does not support "
-            "bfloat16; use fp16"
+            f"--precision {requested}: {missing}, so it would run emulated and measure nothing "
+            "of mixed precision; pass --allow-emulated to measure it anyway (labelled emulated)"
         )
-    return Precision(requested=requested, name=name, device_type=device.type)
+    return Precision(requested, name, device.type, True, f"EMULATED: {missing}")
 
 
 @contextmanager

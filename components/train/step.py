@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer, device_name
+from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import example_input
+from ampbench.results import ArmResults, EpochRecord, RequestedResources, TrackingRecord, write_json
 from ampbench.tracking import (
     DEFAULT_EXPERIMENT,
     PIPELINE_RUN_TAG,
@@ -33,21 +34,11 @@ EPOCH_METRICS = {
     "test_accuracy": "test_accuracy",
     "time_s": "epoch_time_s",
     "throughput_img_s": "epoch_throughput_img_s",
-    "peak_memory_mb": "epoch_peak_memory_mb",
-    "peak_memory_reserved_mb": "epoch_peak_memory_reserved_mb",
+    "train_peak_memory_mb": "epoch_train_peak_memory_mb",
     "lr": "lr",
     "loss_scale": "loss_scale",
     "skipped_steps": "epoch_skipped_steps",
 }
-SUMMARY_METRICS = (
-    "accuracy",
-    "peak_memory_mb",
-    "train_time_s",
-    "throughput_img_s",
-    "eval_time_s",
-    "compile_time_s",
-    "skipped_steps",
-)
 
 
 @dataclass(frozen=True)
@@ -57,8 +48,34 @@ class TrackingOptions:
     registered_model_name: str = ""
 
 
-def summary(results: dict[str, Any]) -> dict[str, float]:
-    return {key: results[key] for key in SUMMARY_METRICS if results.get(key) is not None}
+def summary(results: ArmResults) -> dict[str, float]:
+    """The run's headline figures, as MLflow and KFP metrics."""
+    timing, memory = results.timing, results.memory
+    values: dict[str, float | None] = {
+        "accuracy": results.accuracy,
+        "train_time_s": timing.train_time_s,
+        "throughput_img_s": timing.throughput_img_s,
+        "end_to_end_s": timing.end_to_end_s,
+        "warmup_s": timing.warmup_s,
+        "compile_s": timing.compile_s,
+        "eval_s": timing.eval_s,
+        "train_peak_memory_mb": memory.train_peak_mb,
+        "total_peak_memory_mb": memory.total_peak_mb,
+        "resident_memory_mb": memory.resident_mb,
+        "train_peak_reserved_mb": memory.train_peak_reserved_mb,
+        "skipped_steps": results.skipped_steps,
+    }
+    return {key: float(value) for key, value in values.items() if value is not None}
+
+
+def requested_resources_in_pod(
+    gpu_type: str, gpu_count: int, cpu: str, memory: str
+) -> RequestedResources | None:
+    """What a pipeline task asked Kubernetes for, recorded only where Kubernetes ran it (the
+    local runner ignores resource requests: recording them would claim what did not happen)."""
+    if "KUBERNETES_SERVICE_HOST" not in os.environ:
+        return None
+    return RequestedResources(gpu_type, gpu_count, cpu, memory)
 
 
 def run_training(
@@ -66,22 +83,27 @@ def run_training(
     results_path: Path,
     model_path: Path,
     tracking: TrackingOptions | None = None,
-    requested_resources: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Train one arm; write results JSON and the state dict; log the run to MLflow."""
+    requested_resources: RequestedResources | None = None,
+) -> ArmResults:
+    """Train one arm; write results JSON and the state dict; log the run to MLflow.
+
+    The MLflow run is created, with its params, before the clock starts, and metrics are sent
+    between epochs: nothing of MLflow's runs while training steps are timed.
+    """
     if tracking is not None:
         preload()  # before the Trainer starts measuring memory
     trainer = Trainer(config)
     arm_run = None
     if tracking is not None:
         precision = trainer.precision
-        run_name = f"{precision.requested}-seed{config.seed}"
+        device = trainer.device_record
         tags = {
             PRECISION_TAG: precision.requested,
             "ampbench.resolved_precision": precision.name,
             "ampbench.autocast_dtype": precision.autocast_dtype_name or "none",
-            "ampbench.device": trainer.device.type,
-            "ampbench.device_name": device_name(trainer.device),
+            "ampbench.emulated": str(precision.emulated).lower(),
+            "ampbench.device": device.type,
+            "ampbench.device_name": device.name,
             "ampbench.seed": str(config.seed),
             "ampbench.model": config.model,
         }
@@ -89,27 +111,32 @@ def run_training(
             tags[PIPELINE_RUN_TAG] = tracking.pipeline_run_id
         params = {
             **config.hyperparameters(),
-            **precision.describe(),
+            **{f"precision.{k}": v for k, v in dataclasses.asdict(precision.record()).items()},
             "dataset_source": trainer.metadata["source"]["spec"],
             "dataset_sha256": trainer.metadata["source"]["sha256"],
-            "device": trainer.device.type,
+            "device": device.type,
         }
-        arm_run = ArmRun(tracking.experiment, run_name, tags, params)
-        trainer.on_epoch = lambda record: arm_run.log_metrics(
-            {name: record.get(key) for key, name in EPOCH_METRICS.items()}, step=record["epoch"]
+        arm_run = ArmRun(
+            tracking.experiment, f"{precision.requested}-seed{config.seed}", tags, params
         )
+
+        def send_epoch(record: EpochRecord) -> None:
+            values = dataclasses.asdict(record)
+            arm_run.log_metrics(
+                {name: values[key] for key, name in EPOCH_METRICS.items()}, step=record.epoch
+            )
+            arm_run.flush()
+
+        trainer.on_epoch = send_epoch
     results = trainer.run()
     if requested_resources is not None:
-        results["requested_resources"] = requested_resources
+        results = dataclasses.replace(results, requested_resources=requested_resources)
     if arm_run is not None:
-        results["mlflow"] = {
-            "tracking_uri": safe_tracking_uri(),
-            "experiment": arm_run.experiment,
-            "run_id": arm_run.run_id,
-        }
+        results = dataclasses.replace(
+            results, mlflow=TrackingRecord(safe_tracking_uri(), arm_run.experiment, arm_run.run_id)
+        )
         arm_run.log_metrics(summary(results), step=config.epochs)
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    results_path.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(results_path, results)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     # On the host: the file then loads on a machine without the GPU it was trained on.
     torch.save({k: v.cpu() for k, v in trainer.model.state_dict().items()}, model_path)
@@ -120,6 +147,9 @@ def run_training(
         run_id = arm_run.finish(
             {RESULTS_ARTIFACT: results_path}, model, example, tracking.registered_model_name or None
         )
-        results["mlflow"]["run_id"] = run_id
-        results_path.write_text(json.dumps(results, indent=2) + "\n")
+        assert results.mlflow is not None
+        results = dataclasses.replace(
+            results, mlflow=dataclasses.replace(results.mlflow, run_id=run_id)
+        )
+        write_json(results_path, results)
     return results

@@ -1,0 +1,301 @@
+"""The results schema, defined once: what a training arm reports and what a comparison reports.
+
+The engine fills ArmResults, the train step adds what only it knows (MLflow run, the resources
+the task asked Kubernetes for), the compare step reads files back through `read_arm_results`
+(refusing schema versions it does not know) and builds a Comparison, which the report, the
+plots and `ampbench run` read. Both are written as JSON (`schema.dump`).
+
+Free of torch and of any package beyond the standard library: the engine writes these on
+bare GPU machines, and the command line reads them without importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ampbench import schema
+from ampbench.errors import AmpbenchError
+
+RESULTS_SCHEMA_VERSION = 2
+COMPARISON_SCHEMA_VERSION = 2
+
+# What each headline figure means; the report prints these, and nothing else defines them.
+DEFINITIONS = {
+    "Time": (
+        "training time: wall time of the training steps of all epochs, device-synchronised, "
+        "after an untimed warm-up of each arm (compilation, autotuning, lazy loading and the "
+        "allocator's growth happen there); evaluation and checkpoint writes are timed apart"
+    ),
+    "Steady-state speedup": (
+        "training images/s of the arm over those of the baseline, both after the warm-up: "
+        "the geometric mean of the per-seed ratios, over the seeds both arms ran"
+    ),
+    "End-to-end time ratio": (
+        "baseline over arm of the end-to-end training time: warm-up + training steps + "
+        "per-epoch evaluation + checkpoint writes (geometric mean of per-seed ratios)"
+    ),
+    "Memory": (
+        "peak memory of the training steps above what is resident before the first step "
+        "(model, optimizer state and the data set on the device); on CUDA "
+        "torch.cuda.max_memory_allocated, on a CPU the process's peak resident set (VmHWM). "
+        "The memory ratio is arm over baseline of this figure (geometric mean of per-seed ratios)"
+    ),
+    "Total peak memory": (
+        "the whole run's peak above the process's memory before the data upload: data set, "
+        "model, warm-up, training and evaluation"
+    ),
+    "Accuracy delta": (
+        "arm minus baseline test accuracy in percentage points, the mean of per-seed differences"
+    ),
+    "Intervals": (
+        "95 % Student-t intervals over seeds; for ratios on the log ratios, so that each "
+        "interval is centred (geometrically) on the figure shown; one seed gives no interval"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PrecisionRecord:
+    requested: str  # the arm as asked for: fp32, tf32, fp16, bf16 or amp
+    resolved: str  # what it is on this device: fp32, tf32, fp16 or bf16
+    autocast_dtype: str | None  # float16, bfloat16 or None
+    grad_scaler: bool
+    tf32: bool  # TF32 allowed for matmuls and cuDNN convolutions
+    emulated: bool  # the device has no native math for it (only with --allow-emulated)
+    support: str  # one line: why this device runs it as it does
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    type: Literal["cpu", "cuda"]
+    name: str  # the CPU or GPU model
+    capability: str  # CUDA compute capability, or the CPU's reduced-precision features
+
+
+@dataclass(frozen=True)
+class DatasetRecord:
+    path: str
+    source: str
+    sha256: str
+    classes: int
+    image_shape: list[int]  # height, width, channels
+    train_images: int
+    test_images: int
+
+
+@dataclass(frozen=True)
+class Timing:
+    train_time_s: float  # DEFINITIONS["Time"]
+    throughput_img_s: float  # trained_images / train_time_s: the steady-state rate
+    trained_images: int
+    end_to_end_s: float  # warmup_s + train_time_s + eval_s + checkpoint_s
+    warmup_s: float
+    warmup_steps: int
+    compile_s: float  # part of warmup_s: the first warm-up step of a compiled model
+    eval_s: float
+    checkpoint_s: float
+
+
+@dataclass(frozen=True)
+class Memory:
+    kind: Literal["cuda_allocated", "cpu_rss"]
+    train_peak_mb: float  # DEFINITIONS["Memory"]: the headline figure
+    total_peak_mb: float  # DEFINITIONS["Total peak memory"]
+    resident_mb: float  # before the first step, above the process before the data upload
+    train_peak_reserved_mb: float | None  # CUDA: the caching allocator's reserved memory
+    total_peak_reserved_mb: float | None
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    test_loss: float
+    test_accuracy: float
+    val_loss: float | None
+    val_accuracy: float | None
+    time_s: float
+    throughput_img_s: float
+    train_peak_memory_mb: float
+    lr: float
+    loss_scale: float  # 1 without a GradScaler: every arm logs the same metric names
+    skipped_steps: int
+
+
+@dataclass(frozen=True)
+class Versions:
+    ampbench: str
+    torch: str
+    torchvision: str
+    cuda: str | None
+    cudnn: int | None
+    python: str
+
+
+@dataclass(frozen=True)
+class TrackingRecord:
+    tracking_uri: str  # never with credentials
+    experiment: str
+    run_id: str | None
+
+
+@dataclass(frozen=True)
+class RequestedResources:
+    """What a pipeline task asked Kubernetes for (recorded only inside a pod)."""
+
+    gpu_type: str
+    gpu_count: int
+    cpu: str
+    memory: str
+
+
+Hyperparameters = dict[str, str | int | float | bool | None]
+
+
+@dataclass(frozen=True)
+class ArmResults:
+    """One training run of one arm and seed."""
+
+    schema_version: int
+    precision: PrecisionRecord
+    device: DeviceRecord
+    model: str
+    parameters: int
+    hyperparameters: Hyperparameters  # TrainConfig.hyperparameters()
+    dataset: DatasetRecord
+    accuracy: float  # test accuracy after the last epoch
+    test_loss: float
+    timing: Timing
+    memory: Memory
+    skipped_steps: int
+    loss_scale: float | None
+    resumed_from: str | None
+    versions: Versions
+    epochs: list[EpochRecord]
+    # Added by the train step:
+    mlflow: TrackingRecord | None = None
+    requested_resources: RequestedResources | None = None
+
+    @property
+    def seed(self) -> int:
+        return int(self.hyperparameters["seed"])  # type: ignore[arg-type]
+
+
+def read_arm_results(path: Path) -> ArmResults:
+    """A training run's results file, validated; any problem is one line naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AmpbenchError(f"{path}: not a readable results file ({error})") from None
+    check_version(data, RESULTS_SCHEMA_VERSION, path, "the results of an ampbench training run")
+    try:
+        return schema.load(ArmResults, data)
+    except schema.SchemaError as error:
+        raise AmpbenchError(f"{path}: not valid ampbench results ({error})") from None
+
+
+def check_version(data: object, known: int, path: Path, what: str) -> None:
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise AmpbenchError(f"{path}: not {what} (no schema_version)")
+    version = data["schema_version"]
+    if version != known:
+        raise AmpbenchError(
+            f"{path}: schema version {version!r} is not one this ampbench reads ({known}); "
+            "produce it again with this version"
+        )
+
+
+def write_json(path: Path, record: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(schema.dump(record), indent=2) + "\n", encoding="utf-8")
+
+
+# -- the comparison -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Estimate:
+    """A figure over seeds: `value` with its 95 % interval (None with one seed)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    n: int
+
+    def excludes(self, reference: float) -> bool | None:
+        """Whether the interval lies wholly on one side of `reference` (None: no interval)."""
+        if self.low is None or self.high is None:
+            return None
+        return not self.low <= reference <= self.high
+
+
+@dataclass(frozen=True)
+class ArmSummary:
+    """One arm over the seeds compared."""
+
+    name: str
+    precision: PrecisionRecord
+    seeds: list[int]
+    accuracy: Estimate
+    train_time_s: Estimate
+    throughput_img_s: Estimate
+    end_to_end_s: Estimate
+    train_peak_memory_mb: Estimate
+    total_peak_memory_mb: Estimate
+    epochs: list[dict[str, float]]  # per-epoch figures averaged over seeds, for the plots
+    per_seed: list[ArmResults]
+
+
+@dataclass(frozen=True)
+class ArmComparison:
+    """One arm against the baseline, over the seeds both ran (paired by seed)."""
+
+    arm: str
+    baseline: str
+    seeds: list[int]
+    speedup: Estimate  # DEFINITIONS["Steady-state speedup"]
+    end_to_end_ratio: Estimate
+    memory_ratio: Estimate | None  # None where a baseline peak is 0 (see note)
+    total_memory_ratio: Estimate | None
+    accuracy_delta_pp: Estimate
+    per_seed: dict[str, list[float | None]]  # each figure's per-seed values, in `seeds` order
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    schema_version: int
+    baseline: str
+    headline_arm: str
+    verdict: str
+    warnings: list[str]  # what a reader must know before trusting the figures
+    accuracy_at_chance: bool
+    settings: dict[str, str]  # what every compared run shares
+    arms: dict[str, ArmSummary]
+    comparisons: dict[str, ArmComparison]
+    unpaired_seeds: dict[str, list[int]]  # per arm: seeds left out (no partner)
+    mismatches: list[str]  # differences compared anyway (--allow-mismatch)
+    resumed: list[str]  # runs continued from a checkpoint
+    emulated: list[str]  # arms that ran an emulated precision
+    published_differences: list[str]  # empty: our setup is the published one
+    # The headline arm's figures, flat, for scripts, KFP metrics and MLflow:
+    speedup: float
+    end_to_end_ratio: float
+    memory_ratio: float | None
+    accuracy_delta_pp: float
+    mlflow: dict[str, str] | None = None
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+
+def read_comparison(path: Path) -> Comparison:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AmpbenchError(f"{path}: not a readable comparison ({error})") from None
+    check_version(data, COMPARISON_SCHEMA_VERSION, path, "an ampbench comparison")
+    try:
+        return schema.load(Comparison, data)
+    except schema.SchemaError as error:
+        raise AmpbenchError(f"{path}: not a valid ampbench comparison ({error})") from None
