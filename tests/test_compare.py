@@ -1,7 +1,9 @@
-"""The compare step: the RESULTS block, the ratios, the statistics over seeds, the gate."""
+"""The compare step: paired seeds, ratio intervals centred on the figure shown, comparisons
+of arms that differ in more than precision refused, the verdict, the schema, the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -10,17 +12,27 @@ from typing import Any
 
 import pytest
 
+from ampbench import schema
+from ampbench.components.compare.analysis import PUBLISHED, compare_arms
 from ampbench.components.compare.plots import PLOTS
-from ampbench.components.compare.report import (
-    PUBLISHED,
-    compare_arms,
-    render_markdown,
-    render_text,
-    results_block,
-)
-from ampbench.components.compare.stats import estimate
+from ampbench.components.compare.report import render_markdown, render_text, results_block
+from ampbench.components.compare.stats import mean_estimate, ratio_estimate
 from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.errors import AmpbenchError
+from ampbench.results import (
+    RESULTS_SCHEMA_VERSION,
+    ArmResults,
+    DatasetRecord,
+    DeviceRecord,
+    EpochRecord,
+    Memory,
+    PrecisionRecord,
+    Timing,
+    Versions,
+    read_arm_results,
+    read_comparison,
+    write_json,
+)
 
 PUBLISHED_BLOCK = """===== RESULTS =====
 FP32 Accuracy: 0.7114
@@ -30,83 +42,211 @@ FP32 Time   : 309.41 sec
 Mixed Accuracy: 0.6969
 Mixed Memory  : 1916.57 MB
 Mixed Time    : 252.56 sec"""
+IMAGES = 50_000
+T_975_DF2 = 4.302653  # Student's t, 97.5th percentile, 2 degrees of freedom
 
 
 def arm_result(
-    precision: str, seed: int, accuracy: float, memory: float, time_s: float
-) -> dict[str, Any]:
-    return {
-        "precision": precision,
-        "resolved_precision": "bf16" if precision == "amp" else precision,
-        "autocast_dtype": "bfloat16" if precision == "amp" else None,
-        "device": "cpu",
-        "device_name": "test cpu",
-        "model": "small-cnn",
-        "memory_kind": "cpu_peak_rss_growth",
-        "hyperparameters": {"seed": seed, "epochs": 1, "batch_size": 128, "lr": 0.1},
-        "dataset": {"sha256": "ab" * 32, "train_images": 50000},
-        "accuracy": accuracy,
-        "peak_memory_mb": memory,
-        "train_time_s": time_s,
-        "throughput_img_s": 1000.0 / time_s,
-        "epochs": [{"epoch": 1, "train_loss": 1.0 + seed, "test_accuracy": accuracy}],
-    }
+    precision: str,
+    seed: int,
+    accuracy: float,
+    memory: float,
+    time_s: float,
+    *,
+    emulated: bool = False,
+    resumed: bool = False,
+    **hyperparameters: Any,
+) -> ArmResults:
+    """A training run's results with the given headline figures (CUDA, full CIFAR-10)."""
+    resolved = "fp16" if precision == "amp" else precision
+    return ArmResults(
+        schema_version=RESULTS_SCHEMA_VERSION,
+        precision=PrecisionRecord(
+            requested=precision,
+            resolved=resolved,
+            autocast_dtype={"fp16": "float16", "bf16": "bfloat16"}.get(resolved),
+            grad_scaler=resolved == "fp16",
+            tf32=resolved == "tf32",
+            emulated=emulated,
+            support="EMULATED: no tensor cores" if emulated else "native",
+        ),
+        device=DeviceRecord("cuda", "NVIDIA H200", "compute capability 9.0"),
+        model="resnet18",
+        parameters=11_173_962,
+        hyperparameters={
+            "seed": seed,
+            "epochs": 2,
+            "batch_size": 128,
+            "lr": 0.1,
+            "compile": False,
+            "precision": precision,
+            **hyperparameters,
+        },
+        dataset=DatasetRecord("/d", "cifar10", "ab" * 32, 10, [32, 32, 3], IMAGES, 10_000),
+        accuracy=accuracy,
+        test_loss=1.0,
+        timing=Timing(
+            train_time_s=time_s,
+            throughput_img_s=2 * IMAGES / time_s,
+            trained_images=2 * IMAGES,
+            end_to_end_s=time_s + 10.0,
+            warmup_s=5.0,
+            warmup_steps=3,
+            compile_s=0.0,
+            eval_s=5.0,
+            checkpoint_s=0.0,
+        ),
+        memory=Memory("cuda_allocated", memory, memory + 300.0, 250.0, memory + 50.0, None),
+        skipped_steps=0,
+        loss_scale=None,
+        resumed_from="/ckpt/ckpt-000000007.pt" if resumed else None,
+        versions=Versions("0.1.0", "2.14.1", "0.29.1", "13.0", 91000, "3.12.3"),
+        epochs=[
+            EpochRecord(
+                epoch,
+                1.0 + seed,
+                0.5,
+                1.2,
+                accuracy,
+                None,
+                None,
+                time_s / 2,
+                IMAGES / (time_s / 2),
+                memory,
+                0.1,
+                1.0,
+                0,
+            )
+            for epoch in (1, 2)
+        ],
+    )
+
+
+def with_(run: ArmResults, **changes: Any) -> ArmResults:
+    """The run with nested fields replaced: with_(run, device__name="A100")."""
+    for path, value in changes.items():
+        outer, _, inner = path.partition("__")
+        if inner:
+            value = dataclasses.replace(getattr(run, outer), **{inner: value})
+        run = dataclasses.replace(run, **{outer: value})
+    return run
 
 
 def test_results_block_matches_the_published_layout() -> None:
     assert results_block(PUBLISHED["fp32"], PUBLISHED["amp"]) == PUBLISHED_BLOCK
 
 
-def test_single_seed_ratios_follow_from_the_arms() -> None:
+def test_single_seed_figures_follow_from_the_arms() -> None:
     comparison = compare_arms(
         {
             "fp32": [arm_result("fp32", 0, 0.70, 3000.0, 300.0)],
             "amp": [arm_result("amp", 0, 0.68, 1500.0, 120.0)],
         }
     )
-    assert comparison["speedup"] == pytest.approx(2.5)
-    assert comparison["memory_ratio"] == pytest.approx(0.5)
-    assert comparison["accuracy_delta_pp"] == pytest.approx(-2.0)
-    assert comparison["runs"]["fp32"]["accuracy"] == 0.70
-    assert comparison["runs"]["amp"]["train_time_s"] == 120.0
+    assert comparison.speedup == pytest.approx(2.5)
+    assert comparison.end_to_end_ratio == pytest.approx(310.0 / 130.0)
+    assert comparison.memory_ratio == pytest.approx(0.5)
+    assert comparison.accuracy_delta_pp == pytest.approx(-2.0)
+    assert comparison.arms["amp"].train_time_s.value == 120.0
+    assert comparison.comparisons["amp"].speedup.low is None  # one seed: no interval
     text = render_text(comparison)
     assert "FP32 Time   : 300.00 sec" in text
     assert "Mixed Memory  : 1500.00 MB" in text
-    assert "Speedup (fp32 time / amp time): 2.50x" in text
+    assert "Steady-state speedup (images/s, amp / fp32): 2.50x\n" in text
     assert "Accuracy delta (amp - fp32): -2.00 pp" in text
+    assert "One seed per arm: no intervals" in comparison.verdict
 
 
-def test_student_t_interval_matches_hand_computation() -> None:
-    result = estimate([1.0, 2.0, 3.0])
-    # mean 2, sample sd 1, t(0.975, df=2) = 4.302653; half-width = 4.302653 / sqrt(3)
-    assert result.mean == pytest.approx(2.0)
-    assert result.ci95 == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
-    assert estimate([5.0]).ci95 is None
-
-
-def test_several_seeds_give_means_and_paired_intervals() -> None:
-    fp32 = [arm_result("fp32", s, 0.70 + 0.01 * s, 3000.0, 300.0 + 10 * s) for s in range(3)]
-    amp = [arm_result("amp", s, 0.69 + 0.01 * s, 1500.0, 100.0 + 10 * s) for s in range(3)]
-    comparison = compare_arms({"fp32": fp32, "amp": amp})
-    assert comparison["runs"]["fp32"]["train_time_s"] == pytest.approx(310.0)
-    assert comparison["runs"]["amp"]["seeds"] == [0, 1, 2]
-    assert comparison["speedup"] == pytest.approx(310.0 / 110.0)
-    per_seed = [300 / 100, 310 / 110, 320 / 120]
-    expected = estimate(per_seed)
-    ci = comparison["comparisons"]["amp"]["ci95"]["speedup"]
-    assert ci["mean"] == pytest.approx(expected.mean)
-    assert ci["ci95_half_width"] == pytest.approx(expected.ci95)
-    assert comparison["comparisons"]["amp"]["per_seed"]["accuracy_delta_pp"] == pytest.approx(
-        [-1.0, -1.0, -1.0]
+def test_ratio_interval_is_the_t_interval_of_the_logs_centred_on_the_figure() -> None:
+    ratios = [2.0, 2.5, 3.2]
+    estimate = ratio_estimate(ratios)
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / 2)
+    assert estimate.value == pytest.approx(math.exp(mean))  # the geometric mean
+    assert estimate.low == pytest.approx(math.exp(mean - T_975_DF2 * sd / math.sqrt(3)), rel=1e-6)
+    assert estimate.high == pytest.approx(math.exp(mean + T_975_DF2 * sd / math.sqrt(3)), rel=1e-6)
+    # Centred on the figure shown, on the log scale; the reciprocal has the reciprocal interval.
+    assert math.log(estimate.value / estimate.low) == pytest.approx(
+        math.log(estimate.high / estimate.value)
     )
-    assert "±" in render_markdown(comparison)
+    inverse = ratio_estimate([1 / r for r in ratios])
+    assert inverse.value == pytest.approx(1 / estimate.value)
+    assert inverse.low == pytest.approx(1 / estimate.high)
+    difference = mean_estimate([1.0, 2.0, 3.0])
+    assert (difference.low, difference.high) == pytest.approx(
+        (2 - T_975_DF2 / math.sqrt(3), 2 + T_975_DF2 / math.sqrt(3)), rel=1e-6
+    )
 
 
-def test_runs_of_different_experiments_are_not_compared() -> None:
-    other = arm_result("amp", 0, 0.7, 1.0, 1.0)
-    other["hyperparameters"]["epochs"] = 5
-    with pytest.raises(AmpbenchError, match=r"differ in epochs \(1, 5\)"):
-        compare_arms({"fp32": [arm_result("fp32", 0, 0.7, 1.0, 1.0)], "amp": [other]})
+def test_reported_ratios_are_the_centre_of_their_intervals_over_paired_seeds() -> None:
+    fp32 = [arm_result("fp32", s, 0.70 + 0.01 * s, 3000.0 + s, 300.0 + 10 * s) for s in range(3)]
+    amp = [arm_result("amp", s, 0.69 + 0.01 * s, 1500.0 - s, 100.0 + 17 * s) for s in range(3)]
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    this = comparison.comparisons["amp"]
+    per_seed = [(300.0 + 10 * s) / (100.0 + 17 * s) for s in range(3)]
+    assert this.per_seed["speedup"] == pytest.approx(per_seed)
+    assert comparison.speedup == pytest.approx(math.exp(sum(map(math.log, per_seed)) / 3))
+    for estimate in (this.speedup, this.memory_ratio, this.end_to_end_ratio):
+        assert estimate is not None and estimate.low < estimate.value < estimate.high
+        assert estimate.value**2 == pytest.approx(estimate.low * estimate.high)
+    assert this.accuracy_delta_pp.value == pytest.approx(-1.0)
+    text = render_text(comparison)
+    assert f"{comparison.speedup:.2f}x (95% CI {this.speedup.low:.2f}x to" in text
+    assert "±" not in render_markdown(comparison)
+
+
+def test_unpaired_seeds_are_left_out_and_named() -> None:
+    fp32 = [arm_result("fp32", s, 0.70, 3000.0, 300.0) for s in (0, 1, 2)]
+    amp = [arm_result("amp", s, 0.69, 1500.0, 100.0) for s in (0, 1)]
+    amp.append(arm_result("amp", 7, 0.10, 9999.0, 1.0))  # no fp32 partner: must not count
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    assert comparison.unpaired_seeds == {"fp32": [2], "amp": [7]}
+    assert comparison.arms["amp"].seeds == [0, 1] and comparison.arms["fp32"].seeds == [0, 1]
+    assert comparison.speedup == pytest.approx(3.0)
+    assert comparison.arms["amp"].accuracy.value == pytest.approx(0.69)
+    assert any("fp32 seed 2; amp seed 7" in w for w in comparison.warnings)
+    with pytest.raises(AmpbenchError, match=r"no seed that every arm ran \(fp32: 0; amp: 1\)"):
+        compare_arms({"fp32": fp32[:1], "amp": [arm_result("amp", 1, 0.7, 1.0, 1.0)]})
+
+
+MISMATCHES = [
+    ("device", {"device__name": "NVIDIA A100-SXM4-80GB"}, "device"),
+    ("model", {"model": "small-cnn"}, "model (fp32: resnet18; amp: small-cnn)"),
+    ("batch size", {"hyperparameters": {"batch_size": 512}}, "batch size (fp32: 128; amp: 512)"),
+    ("epochs", {"hyperparameters": {"epochs": 5}}, "epochs (fp32: 2; amp: 5)"),
+    ("image shape", {"dataset__image_shape": [64, 64, 3]}, "image shape (fp32: 32x32x3"),
+    ("dataset", {"dataset__sha256": "cd" * 32}, "dataset (fp32: abababababab; amp: cdcdcdcdcdcd)"),
+    ("torch", {"versions__torch": "2.15.0"}, "torch (fp32: 2.14.1; amp: 2.15.0)"),
+    ("CUDA", {"versions__cuda": "12.8"}, "CUDA (fp32: 13.0; amp: 12.8)"),
+    ("cuDNN", {"versions__cudnn": 90100}, "cuDNN (fp32: 91000; amp: 90100)"),
+    ("compile", {"hyperparameters": {"compile": True}}, "compile (fp32: False; amp: True)"),
+]
+
+
+@pytest.mark.parametrize(("what", "change", "named"), MISMATCHES, ids=[m[0] for m in MISMATCHES])
+def test_arms_that_differ_in_more_than_precision_are_refused_in_one_line(
+    what: str, change: dict[str, Any], named: str
+) -> None:
+    fp32 = arm_result("fp32", 0, 0.7, 3000.0, 300.0)
+    amp = arm_result("amp", 0, 0.7, 1500.0, 100.0)
+    if "hyperparameters" in change:
+        change = {"hyperparameters": {**amp.hyperparameters, **change["hyperparameters"]}}
+    other = with_(amp, **change)
+    with pytest.raises(AmpbenchError) as refused:
+        compare_arms({"fp32": [fp32], "amp": [other]})
+    message = str(refused.value)
+    assert "\n" not in message and named in message and "--allow-mismatch" in message
+    allowed = compare_arms({"fp32": [fp32], "amp": [other]}, allow_mismatch=True)
+    assert allowed.mismatches and named in allowed.mismatches[0]
+    assert "WARNING:" in render_text(allowed) and "--allow-mismatch" in allowed.warnings[0]
+    assert "**WARNING:**" in render_markdown(allowed)
+
+
+def test_seeds_of_one_arm_must_agree_too() -> None:
+    amp = [arm_result("amp", 0, 0.7, 1.0, 1.0), arm_result("amp", 1, 0.7, 1.0, 1.0, lr=0.2)]
+    with pytest.raises(AmpbenchError, match=r"lr \(fp32: 0\.1; amp: 0\.1/0\.2\)"):
+        compare_arms({"fp32": [arm_result("fp32", s, 0.7, 1.0, 1.0) for s in (0, 1)], "amp": amp})
     with pytest.raises(AmpbenchError, match=r"arm amp: results of several precisions"):
         compare_arms(
             {
@@ -116,32 +256,117 @@ def test_runs_of_different_experiments_are_not_compared() -> None:
         )
 
 
-def test_other_arm_names_are_said_under_the_results_block() -> None:
+def test_verdict_says_what_is_and_is_not_significant() -> None:
+    fp32 = [arm_result("fp32", s, 0.70 + 0.004 * s, 3000.0 + 10 * s, 300.0 + s) for s in range(3)]
+    amp = [arm_result("amp", s, 0.70 + 0.004 * (2 - s), 1560.0, 100.0 + s) for s in range(3)]
+    verdict = compare_arms({"fp32": fp32, "amp": amp}).verdict
+    assert verdict.startswith("On NVIDIA H200 (cuda), AMP (fp16) trained 2.98x faster")
+    assert "x faster than strict FP32 (95 % CI 2." in verdict
+    assert "with 0.52x the training memory (95 % CI 0.5" in verdict
+    assert "no significant difference in accuracy (+0.00 pp, -" in verdict
+    same_speed = [arm_result("amp", s, 0.60, 1560.0, 300.0 + 20 * (s - 1)) for s in range(3)]
+    verdict = compare_arms({"fp32": fp32, "amp": same_speed}).verdict
+    assert "showed no significant difference in speed from strict FP32 (" in verdict
+    assert " and -10.40 pp accuracy (" in verdict
+    slower = [arm_result("amp", s, 0.70, 1500.0, 600.0 + s) for s in range(3)]
+    assert "trained 2.00x slower than strict FP32 (speedup 0.50x, 95 % CI" in (
+        compare_arms({"fp32": fp32, "amp": slower}).verdict
+    )
+
+
+def test_accuracy_at_chance_is_said_instead_of_a_delta() -> None:
     comparison = compare_arms(
         {
-            "tf32": [arm_result("tf32", 0, 0.70, 3000.0, 300.0)],
-            "bf16": [arm_result("bf16", 0, 0.68, 1500.0, 120.0)],
-        },
-        baseline="tf32",
+            "fp32": [arm_result("fp32", 0, 0.104, 3000.0, 300.0)],
+            "amp": [arm_result("amp", 0, 0.71, 1500.0, 100.0)],
+        }
     )
-    assert "(FP32 is arm tf32, Mixed is arm bf16)" in render_text(comparison)
+    assert comparison.accuracy_at_chance
+    assert "accuracy at chance level: too short to judge accuracy" in comparison.verdict
+    assert "pp accuracy" not in comparison.verdict
+    # 0.104 over 10,000 test images is chance; 0.13 is not (binomial test).
+    above = compare_arms(
+        {
+            "fp32": [arm_result("fp32", 0, 0.13, 3000.0, 300.0)],
+            "amp": [arm_result("amp", 0, 0.13, 1500.0, 100.0)],
+        }
+    )
+    assert not above.accuracy_at_chance
 
 
-def test_missing_baseline_and_unpaired_seeds_are_errors() -> None:
-    with pytest.raises(AmpbenchError, match="baseline arm 'fp32'"):
-        compare_arms({"amp": [arm_result("amp", 0, 0.7, 1.0, 1.0)]})
-    with pytest.raises(AmpbenchError, match="no seed in common"):
-        compare_arms(
-            {
-                "fp32": [arm_result("fp32", 0, 0.7, 1.0, 1.0)],
-                "amp": [arm_result("amp", 1, 0.7, 1.0, 1.0)],
-            }
-        )
+def test_resumed_and_emulated_runs_are_flagged() -> None:
+    comparison = compare_arms(
+        {
+            "fp32": [arm_result("fp32", 0, 0.7, 3000.0, 300.0, resumed=True)],
+            "bf16": [arm_result("bf16", 0, 0.7, 3000.0, 3000.0, emulated=True)],
+        }
+    )
+    assert comparison.resumed == ["fp32 seed 0"] and comparison.emulated == ["bf16"]
+    assert "bf16 autocast (emulated) trained 10.00x slower" in comparison.verdict
+    text = render_text(comparison)
+    assert "WARNING: Arm bf16 ran bf16 EMULATED (no tensor cores)" in text
+    assert "WARNING: Resumed from a checkpoint: fp32 seed 0." in text
+    assert "| bf16 | bf16 (emulated) |" in render_markdown(comparison)
 
 
-def _write(path: Path, data: dict[str, Any]) -> Path:
-    path.write_text(json.dumps(data))
+def test_a_zero_memory_peak_gives_no_ratio_rather_than_a_ratio_of_some_seeds() -> None:
+    fp32 = [arm_result("fp32", s, 0.7, 3000.0 if s else 0.0, 300.0) for s in range(2)]
+    amp = [arm_result("amp", s, 0.7, 1500.0, 100.0) for s in range(2)]
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    assert comparison.memory_ratio is None
+    assert comparison.comparisons["amp"].note and "0 MB" in comparison.comparisons["amp"].note
+    assert "Memory ratio (training peak, amp / fp32): n/a" in render_text(comparison)
+
+
+def test_the_published_run_is_a_reference_unless_the_setup_matches() -> None:
+    same = compare_arms(
+        {
+            "fp32": [arm_result("fp32", 0, 0.7, 3000.0, 300.0)],
+            "amp": [arm_result("amp", 0, 0.7, 1500.0, 100.0)],
+        }
+    )
+    assert same.published_differences == []
+    assert "## The published run this reproduces" in render_markdown(same)
+    small = [
+        with_(arm_result(p, 0, 0.7, 1.0, 1.0), model="small-cnn", dataset__train_images=300)
+        for p in ("fp32", "amp")
+    ]
+    other = compare_arms({"fp32": small[:1], "amp": small[1:]})
+    assert "model small-cnn (published: resnet18)" in other.published_differences
+    assert "training images 300 (published: 50000)" in other.published_differences
+    assert "## Published run, for reference only: not a reproduction (" in render_markdown(other)
+
+
+def _write(path: Path, run: ArmResults) -> Path:
+    write_json(path, run)
     return path
+
+
+def test_results_files_are_validated_against_the_schema(tmp_path: Path) -> None:
+    good = _write(tmp_path / "good.json", arm_result("fp32", 0, 0.7, 1.0, 1.0))
+    assert read_arm_results(good) == arm_result("fp32", 0, 0.7, 1.0, 1.0)
+    data = json.loads(good.read_text())
+    cases = {
+        "old.json": ({**data, "schema_version": 1}, r"old\.json: schema version 1 is not one"),
+        "none.json": ([1, 2], r"none\.json: not the results of an ampbench training run"),
+        "type.json": (
+            {**data, "memory": {**data["memory"], "train_peak_mb": "a lot"}},
+            r"memory\.train_peak_mb: expected a number, not 'a lot'",
+        ),
+        "missing.json": (
+            {**data, "timing": {k: v for k, v in data["timing"].items() if k != "warmup_s"}},
+            r"timing\.warmup_s: missing",
+        ),
+        "unknown.json": ({**data, "speed": 3}, r"speed: not a field of this schema"),
+        "epoch.json": (
+            {**data, "epochs": [{**data["epochs"][0], "epoch": 1.5}]},
+            r"epochs\[0\]\.epoch: expected a whole number, not 1\.5",
+        ),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_text(json.dumps(content))
+        with pytest.raises(AmpbenchError, match=message):
+            read_arm_results(tmp_path / name)
 
 
 def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
@@ -149,9 +374,10 @@ def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
     amp = _write(tmp_path / "amp.json", arm_result("amp", 0, 0.65, 1500.0, 100.0))
     outputs = CompareOutputs.in_directory(tmp_path / "out")
     comparison = run_comparison({"fp32": [fp32], "amp": [amp]}, outputs)
-    assert json.loads(outputs.comparison.read_text())["speedup"] == pytest.approx(3.0)
+    assert read_comparison(outputs.comparison) == comparison
+    assert comparison.speedup == pytest.approx(3.0)
     assert "===== RESULTS =====" in outputs.report.read_text()
-    assert comparison["accuracy_delta_pp"] == pytest.approx(-5.0)
+    assert comparison.accuracy_delta_pp == pytest.approx(-5.0)
     assert sorted(p.name for p in outputs.plots.iterdir()) == sorted(PLOTS)
     for plot in outputs.plots.iterdir():
         assert plot.read_bytes().startswith(b"\x89PNG")
@@ -163,19 +389,26 @@ def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
     assert outputs.comparison.is_file()
 
 
-def test_html_report_is_self_contained(tmp_path: Path) -> None:
+def test_report_states_settings_definitions_and_verdict(tmp_path: Path) -> None:
     fp32 = [arm_result("fp32", s, 0.70, 3000.0, 300.0 + s) for s in range(2)]
     amp = [arm_result("amp", s, 0.69, 1500.0, 100.0 + s) for s in range(2)]
-    paths = [_write(tmp_path / f"{r['precision']}{i}.json", r) for i, r in enumerate(fp32 + amp)]
+    paths = [_write(tmp_path / f"{r.precision.requested}{r.seed}.json", r) for r in fp32 + amp]
     outputs = CompareOutputs.in_directory(tmp_path / "out")
-    run_comparison({"fp32": paths[:2], "amp": paths[2:]}, outputs)
+    comparison = run_comparison({"fp32": paths[:2], "amp": paths[2:]}, outputs)
+    markdown = outputs.report.read_text()
+    assert f"**Verdict.** {comparison.verdict}" in markdown
+    settings = ["| model | resnet18 |", "| batch size | 128 |", "| torch | 2.14.1 |"]
+    settings += ["| device | NVIDIA H200 (cuda) |", "| seeds | 0, 1 |", "| CUDA | 13.0 |"]
+    for setting in settings:
+        assert setting in markdown, setting
+    assert "Steady-state speedup: training images/s of the arm over" in markdown
     page = outputs.html.read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert page.count('src="data:image/png;base64,') == len(PLOTS)
     # Nothing the KFP UI's sandboxed iframe would have to fetch.
     assert not re.search(r"""(src|href)=["'](https?:)?//""", page)
     assert "http://" not in page and "https://" not in page
-    assert "===== RESULTS =====" in page and "<table>" in page and "±" in page
+    assert "===== RESULTS =====" in page and "<table>" in page and "95% CI" in page
 
 
 def test_mlflow_down_keeps_the_outputs_and_says_so_in_one_line(
@@ -191,15 +424,23 @@ def test_mlflow_down_keeps_the_outputs_and_says_so_in_one_line(
     message = str(raised.value)
     assert message.startswith("MLflow at http://127.0.0.1:9: creating the pipeline's parent run")
     assert "hunter2" not in message and "\n" not in message
-    assert json.loads(outputs.comparison.read_text())["speedup"] == pytest.approx(3.0)
+    assert read_comparison(outputs.comparison).speedup == pytest.approx(3.0)
     assert outputs.html.is_file()
 
 
 def test_unreadable_results_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(AmpbenchError, match=r"bad\.json"):
+    with pytest.raises(AmpbenchError, match=r"bad\.json: not a readable results file"):
         run_comparison({"fp32": [bad], "amp": [bad]}, CompareOutputs.in_directory(tmp_path))
-    incomplete = _write(tmp_path / "partial.json", {"train_time_s": 1.0})
-    with pytest.raises(AmpbenchError, match=r"partial\.json: not the results .* \(no precision"):
-        run_comparison({"fp32": [incomplete]}, CompareOutputs.in_directory(tmp_path))
+
+
+def test_schema_round_trips_a_comparison() -> None:
+    comparison = compare_arms(
+        {
+            "fp32": [arm_result("fp32", s, 0.7, 3000.0, 300.0 + s) for s in range(2)],
+            "amp": [arm_result("amp", s, 0.7, 1500.0, 100.0 + s) for s in range(2)],
+        }
+    )
+    data = json.loads(json.dumps(schema.dump(comparison)))
+    assert schema.load(type(comparison), data) == comparison

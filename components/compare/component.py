@@ -3,9 +3,19 @@
 from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
+from ampbench.components.defaults import with_defaults
+from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION
+from ampbench.tracking import DEFAULT_EXPERIMENT
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+@with_defaults(
+    {
+        "baseline_precision": BASELINE_PRECISION,
+        "amp_precision": AMP_PRECISION,
+        "experiment": DEFAULT_EXPERIMENT,
+    }
+)
 def compare(
     baseline_results: dsl.Input[list[dsl.Artifact]],
     amp_results: dsl.Input[list[dsl.Artifact]],
@@ -14,19 +24,25 @@ def compare(
     report_html: dsl.Output[dsl.HTML],
     plots: dsl.Output[dsl.Artifact],
     metrics: dsl.Output[dsl.Metrics],
-    baseline_precision: str = "fp32",
-    amp_precision: str = "amp",
-    experiment: str = "ampbench",
+    baseline_precision: str,
+    amp_precision: str,
+    experiment: str,
     pipeline_run_id: str = "",
     tracking: bool = True,
     max_accuracy_drop: float = -1.0,
+    allow_mismatch: bool = False,
 ) -> None:
-    """Compare the AMP arm with the baseline arm over all seeds; fail on a too-large drop."""
+    """Compare the AMP arm with the baseline arm over all seeds; fail on a too-large drop.
+
+    allow_mismatch: compare arms that differ in more than precision (say, GPU models), with a
+    warning in the report, instead of refusing.
+    """
     from pathlib import Path
 
     from ampbench.components.compare.step import (
         CompareOutputs,
         ParentRunOptions,
+        headline_metrics,
         run_comparison,
     )
     from ampbench.errors import reported_as_step
@@ -45,7 +61,7 @@ def compare(
             baseline=baseline_precision,
             parent_run=ParentRunOptions(experiment, pipeline_run_id) if tracking else None,
             max_accuracy_drop_pp=max_accuracy_drop if max_accuracy_drop >= 0 else None,
+            allow_mismatch=allow_mismatch,
         )
-    for key in ("speedup", "memory_ratio", "accuracy_delta_pp"):
-        if outcome.get(key) is not None:
-            metrics.log_metric(key, outcome[key])
+    for key, value in headline_metrics(outcome).items():
+        metrics.log_metric(key, value)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,60 +12,81 @@ matplotlib.use("Agg")  # files only: no display, in a pod or on a CI machine
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from ampbench.results import ArmSummary, Comparison, Estimate
+
 PLOTS = ("curves.png", "throughput.png", "memory.png")
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
 
 
-COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
+def _error_bars(estimates: list[Estimate]) -> list[list[float]] | None:
+    """Asymmetric 95 % bars (below, above), or None where no estimate has an interval."""
+    if all(e.low is None for e in estimates):
+        return None
+    return [
+        [e.value - (e.low if e.low is not None else e.value) for e in estimates],
+        [(e.high if e.high is not None else e.value) - e.value for e in estimates],
+    ]
 
 
-def _bars(ax: Any, runs: Mapping[str, Any], field: str, ylabel: str, title: str) -> None:
-    names = list(runs)
-    means = [runs[name][field] or 0.0 for name in names]
-    errors = [(runs[name][f"{field}_ci95"] or {}).get("ci95_half_width") or 0.0 for name in names]
-    colors = COLORS[: len(names)]
-    # Error bars (95 % intervals) only where there are several seeds to make one.
-    bars = ax.bar(names, means, yerr=errors if any(errors) else None, capsize=6, color=colors)
+def _bars(ax: Any, arms: dict[str, ArmSummary], estimates: list[Estimate], ylabel: str) -> None:
+    names = list(arms)
+    bars = ax.bar(
+        names,
+        [e.value for e in estimates],
+        yerr=_error_bars(estimates),
+        capsize=6,
+        color=COLORS[: len(names)],
+    )
     ax.bar_label(bars, fmt="%.1f", padding=3)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
     ax.margins(y=0.15)
 
 
-def write_plots(comparison: Mapping[str, Any], directory: Path) -> list[Path]:
-    """Write the figures into `directory`; return their paths."""
-    directory.mkdir(parents=True, exist_ok=True)
-    runs = comparison["runs"]
-    paths = []
-
-    figure, (loss_ax, accuracy_ax) = plt.subplots(1, 2, figsize=(10, 4))
-    # One colour per arm; solid lines for training, dashed for the test split.
-    for color, (name, arm) in zip(COLORS, runs.items(), strict=False):
-        epochs = [record["epoch"] for record in arm["epochs"]]
-        losses = [r.get("train_loss") for r in arm["epochs"]]
-        loss_ax.plot(epochs, losses, "o-", color=color, label=f"{name} train")
-        test_losses = [r.get("test_loss") for r in arm["epochs"]]
-        loss_ax.plot(epochs, test_losses, "o--", color=color, label=f"{name} test")
-        accuracies = [r.get("test_accuracy") for r in arm["epochs"]]
-        accuracy_ax.plot(epochs, accuracies, "o--", color=color, label=f"{name} test")
-    loss_ax.set(xlabel="epoch", ylabel="loss", title="Loss per epoch")
-    accuracy_ax.set(xlabel="epoch", ylabel="accuracy", title="Test accuracy per epoch")
-    for ax in (loss_ax, accuracy_ax):
+def _curves(comparison: Comparison, path: Path) -> None:
+    """Train loss, test loss and test accuracy per epoch, each on its own axis: test loss can
+    sit orders of magnitude above train loss early on, and a shared linear axis flattens one
+    of them. Losses on a log scale."""
+    figure, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = (
+        ("train_loss", "Training loss", "loss (log scale)"),
+        ("test_loss", "Test loss", "loss (log scale)"),
+        ("test_accuracy", "Test accuracy", "accuracy"),
+    )
+    for ax, (key, title, ylabel) in zip(axes, panels, strict=True):
+        for color, (name, arm) in zip(COLORS, comparison.arms.items(), strict=False):
+            points = [(r["epoch"], r[key]) for r in arm.epochs if r.get(key) is not None]
+            ax.plot(*zip(*points, strict=True), "o-", color=color, label=name)
+        if key.endswith("loss"):
+            ax.set_yscale("log")
+        ax.set(xlabel="epoch", ylabel=ylabel, title=title)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3, which="both")
         ax.legend()
-        ax.grid(alpha=0.3)
     figure.tight_layout()
-    paths.append(directory / PLOTS[0])
-    figure.savefig(paths[-1], dpi=100)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
 
-    for filename, field, ylabel, title in (
-        (PLOTS[1], "throughput_img_s", "images/s", "Training throughput"),
-        (PLOTS[2], "peak_memory_mb", "MB", "Peak memory"),
-    ):
-        figure, ax = plt.subplots(figsize=(5, 4))
-        _bars(ax, runs, field, ylabel, title)
-        figure.tight_layout()
-        paths.append(directory / filename)
-        figure.savefig(paths[-1], dpi=100)
-        plt.close(figure)
+
+def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
+    """Write the figures into `directory`; return their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    arms = comparison.arms
+    paths = [directory / name for name in PLOTS]
+    _curves(comparison, paths[0])
+
+    figure, ax = plt.subplots(figsize=(5, 4))
+    _bars(ax, arms, [a.throughput_img_s for a in arms.values()], "images/s")
+    ax.set_title("Training throughput (after warm-up)")
+    figure.tight_layout()
+    figure.savefig(paths[1], dpi=100)
+    plt.close(figure)
+
+    figure, (train_ax, total_ax) = plt.subplots(1, 2, figsize=(9, 4))
+    _bars(train_ax, arms, [a.train_peak_memory_mb for a in arms.values()], "MB")
+    train_ax.set_title("Training peak (above resident)")
+    _bars(total_ax, arms, [a.total_peak_memory_mb for a in arms.values()], "MB")
+    total_ax.set_title("Total peak (whole run)")
+    figure.tight_layout()
+    figure.savefig(paths[2], dpi=100)
+    plt.close(figure)
     return paths

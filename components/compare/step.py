@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ampbench import PIPELINE_NAME
+from ampbench.components.compare.analysis import compare_arms
 from ampbench.components.compare.plots import write_plots
-from ampbench.components.compare.report import compare_arms, render_html, render_markdown
+from ampbench.components.compare.report import render_html, render_markdown
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+from ampbench.results import Comparison, read_arm_results, write_json
 from ampbench.tracking import (
     BASELINE_TAG,
     DEFAULT_EXPERIMENT,
@@ -28,24 +29,6 @@ class ParentRunOptions:
     experiment: str = DEFAULT_EXPERIMENT
     pipeline_run_id: str = ""
     run_name: str = ""
-
-
-REQUIRED_FIELDS = ("precision", "hyperparameters", "dataset", "model", "epochs", "accuracy")
-REQUIRED_FIELDS += ("train_time_s", "peak_memory_mb")
-
-
-def load_results(path: Path) -> dict[str, Any]:
-    try:
-        results = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AmpbenchError(f"{path}: not a readable results file ({error})") from None
-    missing = [f for f in REQUIRED_FIELDS if not isinstance(results, dict) or f not in results]
-    if missing or "seed" not in results["hyperparameters"]:
-        what = ", ".join(missing) or "hyperparameters.seed"
-        raise AmpbenchError(f"{path}: not the results of an ampbench training run (no {what})")
-    if results["accuracy"] is None:
-        raise AmpbenchError(f"{path}: the run has no test accuracy (its dataset has no test split)")
-    return results
 
 
 @dataclass(frozen=True)
@@ -67,6 +50,21 @@ class CompareOutputs:
         )
 
 
+def headline_metrics(comparison: Comparison) -> dict[str, float]:
+    """The headline arm's figures and interval bounds, as MLflow and KFP metrics."""
+    this = comparison.comparisons[comparison.headline_arm]
+    metrics: dict[str, float] = {}
+    for key in ("speedup", "end_to_end_ratio", "memory_ratio", "accuracy_delta_pp"):
+        estimate = getattr(this, key)
+        if estimate is None:
+            continue
+        metrics[key] = estimate.value
+        if estimate.low is not None:
+            metrics[f"{key}_ci95_low"] = estimate.low
+            metrics[f"{key}_ci95_high"] = estimate.high
+    return metrics
+
+
 def run_comparison(
     arm_results: Mapping[str, Sequence[Path]],
     outputs: CompareOutputs,
@@ -74,24 +72,25 @@ def run_comparison(
     baseline: str = "fp32",
     parent_run: ParentRunOptions | None = None,
     max_accuracy_drop_pp: float | None = None,
-) -> dict[str, Any]:
+    allow_mismatch: bool = False,
+) -> Comparison:
     """Compare the arms and write the outputs; then fail if an arm lost too much accuracy
     (after writing, so that the evidence is kept)."""
-    arms = {name: [load_results(path) for path in paths] for name, paths in arm_results.items()}
-    comparison = compare_arms(arms, baseline=baseline)
+    arms = {name: [read_arm_results(path) for path in paths] for name, paths in arm_results.items()}
+    comparison = compare_arms(arms, baseline=baseline, allow_mismatch=allow_mismatch)
     for path in (outputs.comparison, outputs.report, outputs.html):
         path.parent.mkdir(parents=True, exist_ok=True)
     plots = write_plots(comparison, outputs.plots)
     outputs.report.write_text(render_markdown(comparison), encoding="utf-8")
     outputs.html.write_text(render_html(comparison, plots), encoding="utf-8")
-    outputs.comparison.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
+    write_json(outputs.comparison, comparison)
     # The outputs are written before MLflow is asked anything: if it fails, they stay.
     if parent_run is not None:
         children = [
-            run["mlflow"]["run_id"]
+            run.mlflow.run_id
             for runs in arms.values()
             for run in runs
-            if run.get("mlflow", {}).get("run_id")
+            if run.mlflow is not None and run.mlflow.run_id
         ]
         tags = {"ampbench.pipeline": PIPELINE_NAME, BASELINE_TAG: baseline}
         if parent_run.pipeline_run_id:
@@ -103,26 +102,23 @@ def run_comparison(
             tags,
             children,
         )
-        comparison["mlflow"] = {"experiment": parent_run.experiment, "parent_run_id": run_id}
-        outputs.comparison.write_text(json.dumps(comparison, indent=2) + "\n", encoding="utf-8")
-        headline = {
-            key: comparison[key]
-            for key in ("speedup", "memory_ratio", "accuracy_delta_pp")
-            if comparison.get(key) is not None
-        }
+        comparison = dataclasses.replace(
+            comparison, mlflow={"experiment": parent_run.experiment, "parent_run_id": run_id}
+        )
+        write_json(outputs.comparison, comparison)
         artifacts = {
             RESULTS_ARTIFACT: outputs.comparison,
             "report.md": outputs.report,
             "report.html": outputs.html,
             **{f"plots/{plot.name}": plot for plot in plots},
         }
-        finish_parent_run(run_id, artifacts, headline)
+        finish_parent_run(run_id, artifacts, headline_metrics(comparison))
     log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
     if max_accuracy_drop_pp is not None:
-        for name, this in comparison["comparisons"].items():
-            if -this["accuracy_delta_pp"] > max_accuracy_drop_pp:
+        for name, this in comparison.comparisons.items():
+            if -this.accuracy_delta_pp.value > max_accuracy_drop_pp:
                 raise AmpbenchError(
                     f"--max-accuracy-drop {max_accuracy_drop_pp:g}: arm {name} lost "
-                    f"{-this['accuracy_delta_pp']:.2f} pp of accuracy against {baseline}"
+                    f"{-this.accuracy_delta_pp.value:.2f} pp of accuracy against {baseline}"
                 )
     return comparison

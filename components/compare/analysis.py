@@ -1,0 +1,386 @@
+"""The comparison of arms: paired by seed, and refused when the arms differ in more than
+precision.
+
+Every run compared must share device model, model, data set, image shape, image counts,
+software versions and every hyperparameter but the seed; a difference is one line naming it
+(`--allow-mismatch` compares anyway, with a warning in front of every figure). Only seeds
+that every arm ran are compared; the others are left out and named. Ratios and deltas are
+taken per seed and summarised as stats.py says; the verdict sentence says what they show and
+whether it is significant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+
+from ampbench.components.compare.stats import mean_estimate, ratio_estimate
+from ampbench.errors import AmpbenchError
+from ampbench.results import (
+    COMPARISON_SCHEMA_VERSION,
+    ArmComparison,
+    ArmResults,
+    ArmSummary,
+    Comparison,
+    Estimate,
+    PrecisionRecord,
+)
+
+# The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
+PUBLISHED = {
+    "fp32": {"accuracy": 0.7114, "peak_memory_mb": 3219.65, "train_time_s": 309.41},
+    "amp": {"accuracy": 0.6969, "peak_memory_mb": 1916.57, "train_time_s": 252.56},
+}
+PUBLISHED_SETUP: dict[str, Callable[[ArmResults], object]] = {
+    "model": lambda r: r.model,
+    "epochs": lambda r: r.hyperparameters.get("epochs"),
+    "batch size": lambda r: r.hyperparameters.get("batch_size"),
+    "training images": lambda r: r.dataset.train_images,
+    "test images": lambda r: r.dataset.test_images,
+    "classes": lambda r: r.dataset.classes,
+    "device": lambda r: r.device.type,
+}
+PUBLISHED_VALUES = {
+    "model": "resnet18",
+    "epochs": 2,
+    "batch size": 128,
+    "training images": 50_000,
+    "test images": 10_000,
+    "classes": 10,
+    "device": "cuda",
+}
+
+# What every compared run must share, beside the hyperparameters.
+SHARED: dict[str, Callable[[ArmResults], object]] = {
+    "device": lambda r: f"{r.device.name} ({r.device.type})",
+    "model": lambda r: r.model,
+    "dataset": lambda r: r.dataset.sha256[:12],
+    "image shape": lambda r: "x".join(map(str, r.dataset.image_shape)),
+    "training images": lambda r: r.dataset.train_images,
+    "test images": lambda r: r.dataset.test_images,
+    "torch": lambda r: r.versions.torch,
+    "torchvision": lambda r: r.versions.torchvision,
+    "CUDA": lambda r: r.versions.cuda,
+    "cuDNN": lambda r: r.versions.cudnn,
+}
+# Hyperparameters that may differ: what defines an arm or a seed, and how often checkpoints
+# are written (their time is kept out of the training time).
+FREE_HYPERPARAMETERS = {"seed", "precision", "checkpoint_every"}
+CHANCE_P_VALUE = 0.01  # accuracy above chance only if a binomial test says so at this level
+
+
+def shared_settings(run: ArmResults) -> dict[str, str]:
+    settings = {name: str(value_of(run)) for name, value_of in SHARED.items()}
+    for key, value in run.hyperparameters.items():
+        if key not in FREE_HYPERPARAMETERS:
+            settings[key.replace("_", " ")] = str(value)
+    return settings
+
+
+def differences(arms: Mapping[str, Sequence[ArmResults]]) -> list[str]:
+    """Each setting that is not the same in every run, with its values per arm."""
+    per_arm = {name: [shared_settings(run) for run in runs] for name, runs in arms.items()}
+    keys = list(dict.fromkeys(key for runs in per_arm.values() for s in runs for key in s))
+    found = []
+    for key in keys:
+        values = {
+            name: sorted({s.get(key, "unrecorded") for s in runs}) for name, runs in per_arm.items()
+        }
+        if len({v for vs in values.values() for v in vs}) > 1:
+            listed = "; ".join(f"{name}: {'/'.join(vs)}" for name, vs in values.items())
+            found.append(f"{key} ({listed})")
+    return found
+
+
+def _by_seed(runs: Sequence[ArmResults], arm: str) -> dict[int, ArmResults]:
+    if not runs:
+        raise AmpbenchError(f"arm {arm}: no training results")
+    precisions = sorted({run.precision.requested for run in runs})
+    if len(precisions) > 1:
+        raise AmpbenchError(f"arm {arm}: results of several precisions ({', '.join(precisions)})")
+    by_seed: dict[int, ArmResults] = {}
+    for run in runs:
+        if run.seed in by_seed:
+            raise AmpbenchError(f"arm {arm}: two results for seed {run.seed}")
+        by_seed[run.seed] = run
+    return by_seed
+
+
+def _mean_epochs(runs: Sequence[ArmResults]) -> list[dict[str, float]]:
+    """Per-epoch figures averaged over seeds (a value missing in some seed is left out)."""
+    epochs = []
+    for index in range(min(len(run.epochs) for run in runs)):
+        records = [dataclasses.asdict(run.epochs[index]) for run in runs]
+        keys = [k for k, v in records[0].items() if isinstance(v, (int, float))]
+        epochs.append(
+            {
+                key: mean_estimate(values).value
+                for key in keys
+                if (values := [r[key] for r in records if r.get(key) is not None])
+            }
+        )
+    return epochs
+
+
+def summarize(name: str, runs: Sequence[ArmResults]) -> ArmSummary:
+    return ArmSummary(
+        name=name,
+        precision=runs[0].precision,
+        seeds=[run.seed for run in runs],
+        accuracy=mean_estimate([run.accuracy for run in runs]),
+        train_time_s=mean_estimate([run.timing.train_time_s for run in runs]),
+        throughput_img_s=mean_estimate([run.timing.throughput_img_s for run in runs]),
+        end_to_end_s=mean_estimate([run.timing.end_to_end_s for run in runs]),
+        train_peak_memory_mb=mean_estimate([run.memory.train_peak_mb for run in runs]),
+        total_peak_memory_mb=mean_estimate([run.memory.total_peak_mb for run in runs]),
+        epochs=_mean_epochs(runs),
+        per_seed=list(runs),
+    )
+
+
+def _memory_ratios(
+    base: Sequence[ArmResults], arm: Sequence[ArmResults], peak: Callable[[ArmResults], float]
+) -> list[float] | None:
+    """Per-seed ratios, or None if any peak is zero: a ratio over some seeds only would
+    pass for one over all of them."""
+    if all(peak(b) > 0 and peak(a) > 0 for b, a in zip(base, arm, strict=True)):
+        return [peak(a) / peak(b) for b, a in zip(base, arm, strict=True)]
+    return None
+
+
+def pair(
+    baseline: str, base: Sequence[ArmResults], name: str, arm: Sequence[ArmResults]
+) -> ArmComparison:
+    """The arm against the baseline; both lists hold the same seeds in the same order."""
+    speedups = [
+        a.timing.throughput_img_s / b.timing.throughput_img_s
+        for b, a in zip(base, arm, strict=True)
+    ]
+    end_to_end = [
+        b.timing.end_to_end_s / a.timing.end_to_end_s for b, a in zip(base, arm, strict=True)
+    ]
+    memory = _memory_ratios(base, arm, lambda r: r.memory.train_peak_mb)
+    total = _memory_ratios(base, arm, lambda r: r.memory.total_peak_mb)
+    deltas = [100.0 * (a.accuracy - b.accuracy) for b, a in zip(base, arm, strict=True)]
+    note = None
+    if memory is None:
+        note = (
+            "memory ratio not given: a training peak of 0 MB in some seed (on a CPU the resident "
+            "set need not grow when freed pages are reused)"
+        )
+    return ArmComparison(
+        arm=name,
+        baseline=baseline,
+        seeds=[run.seed for run in arm],
+        speedup=ratio_estimate(speedups),
+        end_to_end_ratio=ratio_estimate(end_to_end),
+        memory_ratio=ratio_estimate(memory) if memory else None,
+        total_memory_ratio=ratio_estimate(total) if total else None,
+        accuracy_delta_pp=mean_estimate(deltas),
+        per_seed={
+            "speedup": list(speedups),
+            "end_to_end_ratio": list(end_to_end),
+            "memory_ratio": list(memory) if memory else [None] * len(arm),
+            "accuracy_delta_pp": deltas,
+        },
+        note=note,
+    )
+
+
+def above_chance(runs: Sequence[ArmResults]) -> bool:
+    """Whether the arm's test accuracy, pooled over seeds, is significantly above chance."""
+    from scipy import stats
+
+    images = sum(run.dataset.test_images for run in runs)
+    correct = round(sum(run.accuracy * run.dataset.test_images for run in runs))
+    chance = 1.0 / runs[0].dataset.classes
+    return bool(
+        stats.binomtest(correct, images, chance, alternative="greater").pvalue < CHANCE_P_VALUE
+    )
+
+
+def published_differences(run: ArmResults, baseline: str, headline: str) -> list[str]:
+    """How our setup differs from the published run's (empty: a reproduction)."""
+    found = [
+        f"{key} {value_of(run)} (published: {PUBLISHED_VALUES[key]})"
+        for key, value_of in PUBLISHED_SETUP.items()
+        if value_of(run) != PUBLISHED_VALUES[key]
+    ]
+    if (baseline, headline) != ("fp32", "amp"):
+        found.append(f"arms {baseline} and {headline} (published: fp32 and amp)")
+    return found
+
+
+def precision_label(precision: PrecisionRecord) -> str:
+    """`AMP (fp16)`, `bf16 autocast (emulated)`, `strict FP32`."""
+    names = {
+        "fp32": "strict FP32",
+        "tf32": "TF32",
+        "fp16": "fp16 autocast",
+        "bf16": "bf16 autocast",
+    }
+    if precision.requested == "amp":
+        detail = [precision.resolved] + (["emulated"] if precision.emulated else [])
+        return f"AMP ({', '.join(detail)})"
+    return names[precision.resolved] + (" (emulated)" if precision.emulated else "")
+
+
+def _ci(estimate: Estimate, fmt: str, unit: str = "") -> str:
+    if estimate.low is None or estimate.high is None:
+        return ""
+    return f"95 % CI {estimate.low:{fmt}}{unit}-{estimate.high:{fmt}}{unit}"
+
+
+def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_chance: bool) -> str:
+    """One sentence a person can act on, from the headline arm's figures."""
+    run = arm.per_seed[0]
+    against = precision_label(base.precision)
+    speed = comparison.speedup
+    ci = _ci(speed, ".2f", "x")
+    if speed.excludes(1.0) is False:
+        speed_text = (
+            f"showed no significant difference in speed from {against} ({speed.value:.2f}x, {ci})"
+        )
+    elif speed.value >= 1:
+        speed_text = f"trained {speed.value:.2f}x faster than {against}" + (
+            f" ({ci})" if ci else ""
+        )
+    else:
+        speed_text = (
+            f"trained {1 / speed.value:.2f}x slower than {against} (speedup {speed.value:.2f}x"
+            + (f", {ci})" if ci else ")")
+        )
+    memory = comparison.memory_ratio
+    if memory is None:
+        memory_text = "with training memory not comparable"
+    elif memory.excludes(1.0) is False:
+        memory_text = (
+            f"with no significant difference in training memory ({memory.value:.2f}x, "
+            f"{_ci(memory, '.2f', 'x')})"
+        )
+    else:
+        ci = _ci(memory, ".2f", "x")
+        memory_text = f"with {memory.value:.2f}x the training memory" + (f" ({ci})" if ci else "")
+    delta = comparison.accuracy_delta_pp
+    if at_chance:
+        accuracy_text = "; accuracy at chance level: too short to judge accuracy"
+    elif delta.excludes(0.0) is False:
+        accuracy_text = (
+            f" and no significant difference in accuracy ({delta.value:+.2f} pp, "
+            f"{delta.low:+.2f}...{delta.high:+.2f})"
+        )
+    else:
+        interval = f" ({delta.low:+.2f}...{delta.high:+.2f})" if delta.low is not None else ""
+        accuracy_text = f" and {delta.value:+.2f} pp accuracy{interval}"
+    sentence = (
+        f"On {run.device.name} ({run.device.type}), {precision_label(arm.precision)} "
+        f"{speed_text} {memory_text}{accuracy_text}."
+    )
+    if speed.n == 1:
+        sentence += " One seed per arm: no intervals, so no claim of significance."
+    return sentence
+
+
+def compare_arms(
+    arms: Mapping[str, Sequence[ArmResults]],
+    baseline: str = "fp32",
+    allow_mismatch: bool = False,
+) -> Comparison:
+    """Every arm against `baseline`; see the module docstring."""
+    if baseline not in arms:
+        raise AmpbenchError(f"no results for the baseline arm '{baseline}'")
+    if len(arms) < 2:
+        raise AmpbenchError(f"nothing to compare: only the baseline arm '{baseline}' has results")
+    by_seed = {name: _by_seed(runs, name) for name, runs in arms.items()}
+    found = differences(arms)
+    if found and not allow_mismatch:
+        raise AmpbenchError(
+            f"the arms differ in more than precision: {'; '.join(found)}; refused, since the "
+            "figures would not be precision's alone (--allow-mismatch compares them anyway)"
+        )
+    common = sorted(set.intersection(*(set(seeds) for seeds in by_seed.values())))
+    if not common:
+        listed = "; ".join(
+            f"{name}: {', '.join(map(str, sorted(s)))}" for name, s in by_seed.items()
+        )
+        raise AmpbenchError(f"no seed that every arm ran ({listed}): nothing to pair")
+    unpaired = {
+        name: sorted(set(seeds) - set(common))
+        for name, seeds in by_seed.items()
+        if set(seeds) - set(common)
+    }
+    paired = {name: [seeds[s] for s in common] for name, seeds in by_seed.items()}
+    summaries = {name: summarize(name, runs) for name, runs in paired.items()}
+    comparisons = {
+        name: pair(baseline, paired[baseline], name, runs)
+        for name, runs in paired.items()
+        if name != baseline
+    }
+    headline = next(iter(comparisons))
+    at_chance = not all(above_chance(runs) for runs in paired.values())
+    resumed = [
+        f"{name} seed {run.seed}"
+        for name, runs in paired.items()
+        for run in runs
+        if run.resumed_from
+    ]
+    emulated = [name for name, summary in summaries.items() if summary.precision.emulated]
+    first = paired[baseline][0]
+    warnings = []
+    if found:
+        warnings.append(
+            f"Compared although the arms differ in more than precision (--allow-mismatch): "
+            f"{'; '.join(found)}. The figures are not precision's alone."
+        )
+    for name in emulated:
+        precision = summaries[name].precision
+        warnings.append(
+            f"Arm {name} ran {precision.resolved} EMULATED "
+            f"({precision.support.removeprefix('EMULATED: ')}): its speed and memory measure "
+            "the emulation, not mixed precision."
+        )
+    if resumed:
+        warnings.append(
+            f"Resumed from a checkpoint: {', '.join(resumed)}. Their training time adds up "
+            "several processes, each with its own warm-up."
+        )
+    if unpaired:
+        left_out = "; ".join(
+            f"{name} seed {', '.join(map(str, s))}" for name, s in unpaired.items()
+        )
+        warnings.append(f"Left out, with no partner in every arm: {left_out}.")
+    if at_chance:
+        warnings.append(
+            f"Accuracy is at chance level (1/{first.dataset.classes}) in some arm: the runs are "
+            "too short to judge accuracy."
+        )
+    this = comparisons[headline]
+    settings = {
+        **shared_settings(first),
+        "parameters": f"{first.parameters:,}",
+        "dataset source": first.dataset.source,
+        "memory measured": first.memory.kind,
+        "seeds": ", ".join(map(str, common)),
+        "python": first.versions.python,
+        "ampbench": first.versions.ampbench,
+    }
+    return Comparison(
+        schema_version=COMPARISON_SCHEMA_VERSION,
+        baseline=baseline,
+        headline_arm=headline,
+        verdict=verdict(this, summaries[headline], summaries[baseline], at_chance),
+        warnings=warnings,
+        accuracy_at_chance=at_chance,
+        settings=settings,
+        arms=summaries,
+        comparisons=comparisons,
+        unpaired_seeds=unpaired,
+        mismatches=found,
+        resumed=resumed,
+        emulated=emulated,
+        published_differences=published_differences(first, baseline, headline),
+        speedup=this.speedup.value,
+        end_to_end_ratio=this.end_to_end_ratio.value,
+        memory_ratio=this.memory_ratio.value if this.memory_ratio else None,
+        accuracy_delta_pp=this.accuracy_delta_pp.value,
+    )
