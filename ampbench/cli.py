@@ -15,6 +15,7 @@ from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
 from ampbench.pipelines.compile import add_build_options
 from ampbench.pipelines.submit import add_commands as _add_kfp
+from ampbench.tracking import DEFAULT_EXPERIMENT
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -25,28 +26,47 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
     from ampbench.components.train.config import TrainConfig
 
     parser.add_argument(
-        "--subset", type=non_negative_int, default=0, help="at most N images per split"
+        "--subset",
+        type=non_negative_int,
+        default=TrainConfig.subset,
+        help="at most N images per split",
     )
     parser.add_argument("--epochs", type=positive_int, default=TrainConfig.epochs)
     parser.add_argument("--batch-size", type=positive_int, default=TrainConfig.batch_size)
     parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
     parser.add_argument("--model", choices=MODELS, default=TrainConfig.model)
-    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
+    parser.add_argument(
+        "--allow-emulated",
+        action="store_true",
+        help="measure a precision this device has no native math for (labelled emulated)",
+    )
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 
-def _add_accuracy_gate(parser: argparse.ArgumentParser) -> None:
+def _add_comparison_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-accuracy-drop",
         type=non_negative_number,
         metavar="PP",
         help="fail when the AMP arm loses more than PP percentage points of accuracy",
     )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare arms that differ in more than precision (GPU model, versions, settings) "
+        "instead of refusing; the report then carries a warning",
+    )
 
 
 # -- run ----------------------------------------------------------------------------------------
 def _add_run(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train import PRECISIONS
+    from ampbench.components.train import (
+        AMP_PRECISION,
+        BASELINE_PRECISION,
+        DEFAULT_DATA,
+        PRECISIONS,
+    )
 
     parser = commands.add_parser(
         "run",
@@ -54,18 +74,21 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
         "runner, track the runs in MLflow, and print the RESULTS block.",
     )
-    parser.add_argument("--data", default="cifar10", help="data source (default: cifar10)")
+    parser.add_argument("--data", default=DEFAULT_DATA, help=f"data source ({DEFAULT_DATA})")
     _add_training_options(parser)
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, help="one seed (default 0)")
     seeds.add_argument("--seeds", type=seed_list, help="several seeds, e.g. 0,1,2")
     parser.add_argument(
-        "--baseline-precision", choices=PRECISIONS, default="fp32", help="the baseline arm"
+        "--baseline-precision",
+        choices=PRECISIONS,
+        default=BASELINE_PRECISION,
+        help="the baseline arm",
     )
     parser.add_argument(
-        "--precision", choices=PRECISIONS, default="amp", help="the mixed-precision arm"
+        "--precision", choices=PRECISIONS, default=AMP_PRECISION, help="the mixed-precision arm"
     )
-    _add_accuracy_gate(parser)
+    _add_comparison_options(parser)
     parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
     parser.add_argument(
         "--checkpoint-dir",
@@ -80,10 +103,23 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_run)
 
 
+def _check_precisions_here(precisions: Sequence[str], allow_emulated: bool) -> None:
+    """The local runner trains on this machine: a precision it cannot run natively stops
+    the command now, not after the data is prepared."""
+    from ampbench.components.train.engine import pick_device
+    from ampbench.components.train.precision import resolve
+
+    device = pick_device("auto")
+    for precision in precisions:
+        resolve(precision, device, allow_emulated)
+
+
 def _run(args: argparse.Namespace) -> int:
+    from ampbench.components.train.config import TrainConfig
     from ampbench.pipelines.local import export, run_local, summary_lines
 
-    seeds = args.seeds or [args.seed if args.seed is not None else 0]
+    _check_precisions_here((args.baseline_precision, args.precision), args.allow_emulated)
+    seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
     arguments = {
         "data": args.data,
         "subset": args.subset,
@@ -94,6 +130,8 @@ def _run(args: argparse.Namespace) -> int:
         "model_name": args.model,
         "baseline_precision": args.baseline_precision,
         "amp_precision": args.precision,
+        "allow_emulated": args.allow_emulated,
+        "allow_mismatch": args.allow_mismatch,
         "experiment": args.experiment,
         "tracking": not args.no_tracking,
         "max_accuracy_drop": -1.0 if args.max_accuracy_drop is None else args.max_accuracy_drop,
@@ -213,11 +251,22 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="share of the steps the learning rate warms up over",
     )
     parser.add_argument("--eval-batch-size", type=positive_int, default=TrainConfig.eval_batch_size)
+    parser.add_argument(
+        "--warmup-steps",
+        type=non_negative_int,
+        default=TrainConfig.warmup_steps,
+        help="untimed training steps before the clock starts, then undone",
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--deterministic", action="store_true", help="deterministic algorithms")
     parser.add_argument("--device", default=TrainConfig.device, help="auto, cpu, cuda or cuda:N")
     parser.add_argument("--checkpoint-dir", help="local directory or s3:// prefix")
-    parser.add_argument("--checkpoint-every", type=non_negative_int, default=0, help="steps")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=non_negative_int,
+        default=TrainConfig.checkpoint_every,
+        help="steps",
+    )
     parser.add_argument(
         "--keep-checkpoints", type=positive_int, default=TrainConfig.keep_checkpoints
     )
@@ -255,6 +304,8 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         resume=args.resume,
+        warmup_steps=args.warmup_steps,
+        allow_emulated=args.allow_emulated,
     )
     results_path = args.output_dir / "results.json"
     results = run_training(
@@ -264,9 +315,10 @@ def _train(args: argparse.Namespace) -> int:
         None if args.no_tracking else TrackingOptions(experiment=args.experiment),
     )
     print(
-        f"{results['precision']}: accuracy {results['accuracy']:.4f}, "
-        f"{results['train_time_s']:.2f} s, {results['peak_memory_mb']:.1f} MB peak "
-        f"-> {results_path}"
+        f"{results.precision.requested} ({results.precision.support}): accuracy "
+        f"{results.accuracy:.4f}, {results.timing.throughput_img_s:,.1f} images/s, "
+        f"{results.timing.train_time_s:.2f} s training, {results.memory.train_peak_mb:,.1f} MB "
+        f"training peak -> {results_path}"
     )
     return 0
 
@@ -281,16 +333,17 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--baseline", nargs="+", type=Path, required=True, metavar="RESULTS")
     parser.add_argument("--amp", nargs="+", type=Path, required=True, metavar="RESULTS")
     parser.add_argument("--output-dir", type=Path, required=True)
-    _add_accuracy_gate(parser)
+    _add_comparison_options(parser)
     parser.set_defaults(handler=_compare)
 
 
 def _compare(args: argparse.Namespace) -> int:
     from ampbench.components.compare.report import render_text
-    from ampbench.components.compare.step import CompareOutputs, load_results, run_comparison
+    from ampbench.components.compare.step import CompareOutputs, run_comparison
+    from ampbench.results import read_arm_results
 
-    baseline = load_results(args.baseline[0])["precision"]
-    amp = load_results(args.amp[0])["precision"]
+    baseline = read_arm_results(args.baseline[0]).precision.requested
+    amp = read_arm_results(args.amp[0]).precision.requested
     if baseline == amp:
         raise AmpbenchError(f"--baseline and --amp: both arms are '{baseline}'")
     comparison = run_comparison(
@@ -298,6 +351,7 @@ def _compare(args: argparse.Namespace) -> int:
         CompareOutputs.in_directory(args.output_dir),
         baseline=baseline,
         max_accuracy_drop_pp=args.max_accuracy_drop,
+        allow_mismatch=args.allow_mismatch,
     )
     print(render_text(comparison))
     return 0
@@ -311,9 +365,14 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
         description="Download the arm runs' results of a pipeline run from MLflow and write the "
         "comparison again (results.json, report.md, report.html, plots/).",
     )
-    parser.add_argument("--experiment", default="ampbench", help="MLflow experiment")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--parent-run-id", help="the pipeline run's parent run (default: newest)")
     parser.add_argument("--output-dir", type=Path, default=Path("report"))
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare arms that differ in more than precision, with a warning",
+    )
     parser.set_defaults(handler=_report)
 
 
@@ -329,7 +388,9 @@ def _report(args: argparse.Namespace) -> int:
             args.experiment, args.parent_run_id, Path(downloads)
         )
         outputs = CompareOutputs.in_directory(args.output_dir)
-        comparison = run_comparison(arms, outputs, baseline=baseline)
+        comparison = run_comparison(
+            arms, outputs, baseline=baseline, allow_mismatch=args.allow_mismatch
+        )
     print(render_text(comparison))
     print(f"\nreport of MLflow run {parent} -> {outputs.report} ({outputs.html.name}, plots/)")
     return 0

@@ -6,7 +6,6 @@ another, so that the arms never share the CPU or GPU while they are timed.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -19,9 +18,11 @@ from ampbench import storage
 from ampbench.components.compare.report import render_text
 from ampbench.components.compare.step import CompareOutputs
 from ampbench.components.prepare.sources import SourceOptions, local_path
+from ampbench.components.train import DEFAULT_DATA
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
 from ampbench.pipelines.pipeline import build_pipeline
+from ampbench.results import Comparison, read_arm_results, read_comparison
 from ampbench.tracking import safe_tracking_uri, tracking_uri
 
 MODELS_DIR = "models"
@@ -30,7 +31,7 @@ MODELS_DIR = "models"
 @dataclass(frozen=True)
 class LocalRun:
     output_dir: Path
-    comparison: dict[str, Any]
+    comparison: Comparison
     outputs: CompareOutputs
     pipeline_root: Path
 
@@ -50,7 +51,7 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
     """Run the pipeline with `arguments` (pipeline parameters); collect its outputs."""
     from kfp import local
 
-    check_source(arguments.get("data", "cifar10"))
+    check_source(arguments.get("data", DEFAULT_DATA))
     output_dir = (output_dir or default_output_dir()).absolute()
     if output_dir.exists() and any(output_dir.iterdir()):
         raise AmpbenchError(f"--output-dir {output_dir}: exists and is not empty")
@@ -87,7 +88,7 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
     shutil.copyfile(task.outputs["report"].path, outputs.report)
     shutil.copyfile(task.outputs["report_html"].path, outputs.html)
     shutil.copytree(task.outputs["plots"].path, outputs.plots)
-    comparison = json.loads(outputs.comparison.read_text())
+    comparison = read_comparison(outputs.comparison)
     collect_models(pipeline_root, output_dir / MODELS_DIR)
     return LocalRun(output_dir, comparison, outputs, pipeline_root)
 
@@ -101,8 +102,8 @@ def collect_models(pipeline_root: Path, directory: Path) -> list[Path]:
         model = results_file.with_name("model")
         if not (results_file.is_file() and model.is_file()):
             continue
-        results = json.loads(results_file.read_text())
-        target = directory / f"{results['precision']}-seed{results['hyperparameters']['seed']}.pt"
+        results = read_arm_results(results_file)
+        target = directory / f"{results.precision.requested}-seed{results.seed}.pt"
         shutil.copyfile(model, target)
         copied.append(target)
     return copied
@@ -127,7 +128,7 @@ def summary_lines(run: LocalRun) -> list[str]:
     lines.append(f"report  : {run.outputs.report} (and {run.outputs.html.name}, plots/)")
     lines.append(f"models  : {run.output_dir / MODELS_DIR}")
     lines.append(f"pipeline outputs: {run.pipeline_root}")
-    mlflow_info = run.comparison.get("mlflow")
+    mlflow_info = run.comparison.mlflow
     if mlflow_info:
         lines.append(
             f"MLflow  : {safe_tracking_uri()} (experiment '{mlflow_info['experiment']}', "

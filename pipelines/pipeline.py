@@ -16,7 +16,10 @@ from kfp.dsl.pipeline_channel import PipelineParameterChannel
 from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
+from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION, DEFAULT_DATA
 from ampbench.components.train.component import train
+from ampbench.components.train.config import TrainConfig
+from ampbench.tracking import DEFAULT_EXPERIMENT
 
 SCHEDULES = ("parallel", "sequential")
 DEFAULT_TRAIN_TIMEOUT_S = 6 * 3600
@@ -83,16 +86,18 @@ def build_pipeline(
         description="Automatic mixed precision against FP32: speed, memory and accuracy.",
     )
     def ampbench_pipeline(
-        data: str = "cifar10",
-        subset: int = 0,
-        epochs: int = 2,
-        batch_size: int = 128,
-        lr: float = 0.1,
-        seeds: list = [0],  # noqa: B006 - KFP pipeline parameters take their defaults this way
-        model_name: str = "resnet18",
-        baseline_precision: str = "fp32",
-        amp_precision: str = "amp",
-        experiment: str = "ampbench",
+        data: str = DEFAULT_DATA,
+        subset: int = TrainConfig.subset,
+        epochs: int = TrainConfig.epochs,
+        batch_size: int = TrainConfig.batch_size,
+        lr: float = TrainConfig.lr,
+        seeds: list = [TrainConfig.seed],  # noqa: B006 - KFP takes list defaults this way
+        model_name: str = TrainConfig.model,
+        baseline_precision: str = BASELINE_PRECISION,
+        amp_precision: str = AMP_PRECISION,
+        allow_emulated: bool = TrainConfig.allow_emulated,
+        allow_mismatch: bool = False,
+        experiment: str = DEFAULT_EXPERIMENT,
         tracking: bool = True,
         registered_model_name: str = "",
         max_accuracy_drop: float = -1.0,
@@ -121,6 +126,7 @@ def build_pipeline(
                     lr=lr,
                     seed=seed,
                     model_name=model_name,
+                    allow_emulated=allow_emulated,
                     experiment=experiment,
                     pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                     tracking=tracking,
@@ -165,6 +171,7 @@ def build_pipeline(
             pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             tracking=tracking,
             max_accuracy_drop=max_accuracy_drop,
+            allow_mismatch=allow_mismatch,
         ).set_display_name("compare")
         compared.set_caching_options(False)
         use_cluster_settings(compared, config_map, s3_secret)

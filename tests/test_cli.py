@@ -6,12 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ampbench.cli import main
 from ampbench.components.prepare import sources as sources_module
+from ampbench.components.train import precision as precision_module
+from ampbench.results import read_arm_results
 
 COMMANDS = ["run", "compile", "submit", "upload", "prepare", "train", "compare", "report", "ui"]
 
@@ -45,9 +49,9 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 
 def test_run_with_a_missing_data_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    line = one_line_error(
-        capsys, ["run", "--data", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "o")]
-    )
+    # --allow-emulated: on any CPU, what is wrong here is the path.
+    argv = ["run", "--data", str(tmp_path / "nope"), "--allow-emulated"]
+    line = one_line_error(capsys, [*argv, "--output-dir", str(tmp_path / "o")])
     assert "nope: no such file or directory" in line
     assert not (tmp_path / "o").exists()
 
@@ -59,7 +63,8 @@ def test_default_run_offline_stops_at_the_download(
         sources_module.DOWNLOADS, "cifar10", ("http://127.0.0.1:9/cifar-10-python.tar.gz", "0")
     )
     monkeypatch.chdir(tmp_path)
-    line = one_line_error(capsys, ["run"])
+    # --allow-emulated: whatever this CPU, the first thing in the way is the download.
+    line = one_line_error(capsys, ["run", "--allow-emulated"])
     assert "cifar10: cannot download" in line and "local copy" in line
 
 
@@ -91,14 +96,50 @@ def test_impossible_precision_on_cpu(
             "--dataset",
             str(synthetic_dataset),
             "--precision",
-            "fp16",
+            "tf32",
             "--device",
             "cpu",
             "--output-dir",
             str(tmp_path / "o"),
         ],
     )
-    assert "fp16 needs a CUDA GPU" in line
+    assert "TF32 is a CUDA tensor-core mode" in line
+
+
+@pytest.fixture()
+def cpu_without_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process sees a CPU without native bf16 (whatever CPU it runs on)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(precision_module, "cpu_native_features", lambda: {"AVX512_BF16": False})
+    monkeypatch.setattr(precision_module, "cpu_name", lambda: "Test EPYC")
+
+
+@pytest.mark.usefixtures("cpu_without_bf16")
+def test_run_stops_at_once_on_a_cpu_without_native_bf16(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    line = one_line_error(capsys, ["run", "--output-dir", str(tmp_path / "o")])
+    assert line.startswith("ampbench: error: --precision amp: Test EPYC has no AVX512_BF16")
+    assert "--allow-emulated" in line
+    assert time.monotonic() - started < 30 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.usefixtures("cpu_without_bf16")
+def test_train_refuses_emulated_amp_and_labels_it_when_allowed(
+    capsys: pytest.CaptureFixture[str], synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    argv = ["train", "--dataset", str(synthetic_dataset), "--precision", "amp", "--model"]
+    argv += ["small-cnn", "--epochs", "1", "--batch-size", "50", "--subset", "100"]
+    argv += ["--no-tracking", "--output-dir", str(tmp_path / "o")]
+    line = one_line_error(capsys, argv)
+    assert "--precision amp: Test EPYC has no AVX512_BF16" in line
+    assert not (tmp_path / "o").exists()
+    assert main([*argv, "--allow-emulated"]) == 0
+    assert "EMULATED: Test EPYC has no AVX512_BF16" in capsys.readouterr().out
+    results = read_arm_results(tmp_path / "o" / "results.json")
+    assert results.precision.emulated and results.precision.resolved == "bf16"
 
 
 def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,7 +165,7 @@ def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
     for precision in ("fp32", "bf16"):
         done = ampbench(
             "train", "--dataset", str(data), "--precision", precision, "--model", "small-cnn",
-            "--epochs", "1", "--batch-size", "50", "--no-tracking",
+            "--epochs", "1", "--batch-size", "50", "--no-tracking", "--allow-emulated",
             "--output-dir", str(tmp_path / precision),
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -136,8 +177,27 @@ def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "===== RESULTS =====" in done.stdout
-    assert "Speedup (fp32 time / bf16 time)" in done.stdout
+    assert "Steady-state speedup (images/s, bf16 / fp32): " in done.stdout
+    assert "Verdict: On " in done.stdout
     assert (tmp_path / "cmp" / "report.md").is_file()
+
+
+def test_compare_refuses_arms_that_differ_in_more_than_precision(
+    capsys: pytest.CaptureFixture[str], synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    for precision, batch in (("fp32", "25"), ("bf16", "50")):
+        argv = ["train", "--dataset", str(synthetic_dataset), "--precision", precision]
+        argv += ["--model", "small-cnn", "--epochs", "1", "--batch-size", batch, "--subset", "100"]
+        argv += ["--allow-emulated", "--no-tracking", "--output-dir", str(tmp_path / precision)]
+        assert main(argv) == 0
+    capsys.readouterr()
+    compare = ["compare", "--baseline", str(tmp_path / "fp32" / "results.json")]
+    compare += ["--amp", str(tmp_path / "bf16" / "results.json")]
+    line = one_line_error(capsys, [*compare, "--output-dir", str(tmp_path / "c")])
+    assert "batch size (fp32: 25; bf16: 50)" in line and "--allow-mismatch" in line
+    assert not (tmp_path / "c" / "results.json").exists()
+    assert main([*compare, "--output-dir", str(tmp_path / "c"), "--allow-mismatch"]) == 0
+    assert "WARNING: Compared although the arms differ" in capsys.readouterr().out
 
 
 def test_compile_writes_yaml(tmp_path: Path) -> None:

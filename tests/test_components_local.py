@@ -10,7 +10,9 @@ from kfp import dsl, local
 
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
+from ampbench.components.train.config import TrainConfig
 from ampbench.pipelines.pipeline import build_pipeline
+from ampbench.results import read_arm_results, read_comparison
 
 
 @pytest.fixture()
@@ -47,7 +49,7 @@ def test_train_component(local_runner: Path) -> None:
         data = prepare(data="synthetic", subset=200)
         return train(
             dataset=data.outputs["dataset"],
-            precision="bf16",
+            precision="fp32",
             epochs=1,
             batch_size=50,
             model_name="small-cnn",
@@ -55,12 +57,16 @@ def test_train_component(local_runner: Path) -> None:
         ).outputs["metrics"]
 
     metrics = one_arm().output
-    assert metrics.metadata["train_time_s"] > 0
+    assert metrics.metadata["train_time_s"] > 0 and metrics.metadata["warmup_s"] > 0
     assert 0 <= metrics.metadata["accuracy"] <= 1
     run_dir = next(local_runner.iterdir())
-    results = json.loads(next(p for p in run_dir.rglob("results") if p.is_file()).read_text())
-    assert results["resolved_precision"] == "bf16"
-    assert results["accuracy"] == metrics.metadata["accuracy"]
+    results = read_arm_results(next(p for p in run_dir.rglob("results") if p.is_file()))
+    assert results.precision.resolved == "fp32"
+    assert results.accuracy == metrics.metadata["accuracy"]
+    # The component's defaults are the training config's: none was given for lr or seed.
+    assert results.hyperparameters["lr"] == TrainConfig.lr
+    assert results.hyperparameters["warmup_steps"] == TrainConfig.warmup_steps
+    assert results.requested_resources is None  # the local runner requests nothing
     state = torch.load(next(p for p in run_dir.rglob("model") if p.is_file()), weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
 
@@ -74,11 +80,13 @@ def test_compare_component_in_the_pipeline_over_two_seeds(local_runner: Path) ->
         batch_size=50,
         seeds=[0, 1],
         model_name="small-cnn",
+        allow_emulated=True,
         tracking=False,
     )
-    comparison = json.loads(Path(task.outputs["comparison"].path).read_text())
-    assert comparison["runs"]["fp32"]["seeds"] == [0, 1]
-    assert comparison["runs"]["amp"]["accuracy_ci95"]["n"] == 2
-    assert comparison["comparisons"]["amp"]["ci95"]["speedup"]["ci95_half_width"] is not None
+    comparison = read_comparison(Path(task.outputs["comparison"].path))
+    assert comparison.arms["fp32"].seeds == [0, 1]
+    assert comparison.arms["amp"].accuracy.n == 2
+    speedup = comparison.comparisons["amp"].speedup
+    assert speedup.low is not None and speedup.low < speedup.value < speedup.high
     report = Path(task.outputs["report"].path).read_text()
-    assert "===== RESULTS =====" in report and "±" in report
+    assert "===== RESULTS =====" in report and "95% CI" in report and "**Verdict.**" in report

@@ -1,8 +1,10 @@
-"""`ampbench run` end to end: real CIFAR-10, the KFP local runner, MLflow, the RESULTS block."""
+"""`ampbench run` end to end: real CIFAR-10, the KFP local runner, MLflow, the RESULTS block.
+
+small-cnn and --allow-emulated: the flow is under test, on any CPU; the AMP arm is labelled
+emulated where the CPU has no native bf16."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -12,6 +14,8 @@ from typing import Any
 
 import pytest
 from mlflow import MlflowClient
+
+from ampbench.results import read_arm_results, read_comparison
 
 RESULTS_BLOCK = re.compile(
     r"===== RESULTS =====\n"
@@ -30,7 +34,8 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> 
     work = tmp_path_factory.mktemp("run")
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(cifar_archive)]
-    command += ["--subset", "256", "--epochs", "1", "--output-dir", str(work / "out")]
+    command += ["--subset", "256", "--epochs", "1", "--model", "small-cnn", "--allow-emulated"]
+    command += ["--output-dir", str(work / "out")]
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return {"work": work, "stdout": done.stdout, "uri": env["MLFLOW_TRACKING_URI"]}
@@ -39,51 +44,54 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> 
 def test_prints_the_results_block(local_run: dict[str, Any]) -> None:
     match = RESULTS_BLOCK.search(local_run["stdout"])
     assert match, local_run["stdout"][-2000:]
-    results = json.loads((local_run["work"] / "out" / "results.json").read_text())
+    comparison = read_comparison(local_run["work"] / "out" / "results.json")
     assert float(match["fp32_time"]) == pytest.approx(
-        results["runs"]["fp32"]["train_time_s"], abs=0.006
+        comparison.arms["fp32"].train_time_s.value, abs=0.006
     )
-    assert float(match["amp_acc"]) == pytest.approx(results["runs"]["amp"]["accuracy"], abs=6e-5)
-    assert "results : " in local_run["stdout"] and "report  : " in local_run["stdout"]
+    assert float(match["amp_acc"]) == pytest.approx(comparison.arms["amp"].accuracy.value, abs=6e-5)
+    assert float(match["amp_mem"]) == pytest.approx(
+        comparison.arms["amp"].train_peak_memory_mb.value, abs=0.006
+    )
+    stdout = local_run["stdout"]
+    assert f"Steady-state speedup (images/s, amp / fp32): {comparison.speedup:.2f}x" in stdout
+    assert f"Verdict: {comparison.verdict}" in stdout
+    assert "results : " in stdout and "report  : " in stdout
 
 
 def test_results_json_is_consistent_with_each_training_result(local_run: dict[str, Any]) -> None:
     out = local_run["work"] / "out"
-    results = json.loads((out / "results.json").read_text())
-    runs = results["runs"]
-    assert results["speedup"] == pytest.approx(
-        runs["fp32"]["train_time_s"] / runs["amp"]["train_time_s"]
-    )
-    assert results["memory_ratio"] == pytest.approx(
-        runs["amp"]["peak_memory_mb"] / runs["fp32"]["peak_memory_mb"]
-    )
-    assert results["accuracy_delta_pp"] == pytest.approx(
-        100 * (runs["amp"]["accuracy"] - runs["fp32"]["accuracy"])
-    )
-    assert runs["fp32"]["autocast_dtype"] is None
-    assert runs["amp"]["autocast_dtype"] == "bfloat16"
-    for arm in ("fp32", "amp"):
-        for field in ("precision", "device", "accuracy", "peak_memory_mb", "train_time_s"):
-            assert runs[arm][field] is not None, (arm, field)
-        assert runs[arm]["throughput_img_s"] > 0
-        assert len(runs[arm]["epochs"]) == 1
-    # Each arm's own results file, as the train step wrote it, says the same.
-    trained = [
-        json.loads(path.read_text())
-        for path in (out / "pipeline-root").rglob("results")
-        if path.is_file()
-    ]
-    by_precision = {r["precision"]: r for r in trained}
+    comparison = read_comparison(out / "results.json")
+    arms = comparison.arms
+    trained = [read_arm_results(path) for path in (out / "pipeline-root").rglob("results")]
+    by_precision = {r.precision.requested: r for r in trained}
     assert set(by_precision) == {"fp32", "amp"}
+    fp32, amp = by_precision["fp32"], by_precision["amp"]
+    # One seed: the headline figures are the two runs' own ratios.
+    assert comparison.speedup == pytest.approx(
+        amp.timing.throughput_img_s / fp32.timing.throughput_img_s
+    )
+    assert comparison.end_to_end_ratio == pytest.approx(
+        fp32.timing.end_to_end_s / amp.timing.end_to_end_s
+    )
+    assert comparison.memory_ratio == pytest.approx(
+        amp.memory.train_peak_mb / fp32.memory.train_peak_mb
+    )
+    assert comparison.accuracy_delta_pp == pytest.approx(100 * (amp.accuracy - fp32.accuracy))
+    assert arms["fp32"].precision.autocast_dtype is None
+    assert arms["amp"].precision.autocast_dtype == "bfloat16"
+    assert arms["amp"].precision.emulated == ("amp" in comparison.emulated)
     for arm, own in by_precision.items():
-        assert runs[arm]["accuracy"] == own["accuracy"]
-        assert runs[arm]["train_time_s"] == own["train_time_s"]
-        assert runs[arm]["peak_memory_mb"] == own["peak_memory_mb"]
-        assert own["dataset"]["train_images"] == 256
+        assert arms[arm].per_seed == [own]
+        assert own.dataset.train_images == 256 and len(own.epochs) == 1
+        assert own.timing.warmup_s > 0 and own.timing.throughput_img_s > 0
+        assert own.requested_resources is None
+    assert comparison.published_differences  # small-cnn on a CPU: a reference, not a reproduction
     report = (out / "report.md").read_text()
     assert "===== RESULTS =====" in report and "3219.65" in report
+    assert "## Published run, for reference only: not a reproduction (model small-cnn" in report
     assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
     assert len(list((out / "plots").glob("*.png"))) == 3
+    assert sorted(p.name for p in (out / "models").iterdir()) == ["amp-seed0.pt", "fp32-seed0.pt"]
 
 
 def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[str, Any]) -> None:
@@ -103,7 +111,8 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         history = client.get_metric_history(child.info.run_id, "test_accuracy")
         assert [m.step for m in history] == [1]
         assert child.data.metrics["train_time_s"] > 0
+        assert child.data.params["precision.emulated"] in ("True", "False")
         assert child.info.status == "FINISHED"
-    assert parent.data.metrics["speedup"] > 0
+    assert parent.data.metrics["speedup"] > 0 and parent.data.metrics["end_to_end_ratio"] > 0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"results.json", "report.md", "report.html", "plots"} <= artifacts

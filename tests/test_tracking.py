@@ -19,14 +19,15 @@ from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.step import TrackingOptions, run_training
 from ampbench.errors import AmpbenchError
+from ampbench.results import read_arm_results
 
 if TYPE_CHECKING:
     from services import MlflowServer, Rgw
 
 pytest_plugins = ["services"]
 
-SMALL_RUN = ["--data", "synthetic", "--subset", "200", "--epochs", "2", "--batch-size", "50"]
-SMALL_RUN += ["--model", "small-cnn"]
+SMALL_RUN = ["--data", "synthetic", "--subset", "100", "--epochs", "2", "--batch-size", "25"]
+SMALL_RUN += ["--model", "small-cnn", "--allow-emulated"]
 
 
 def ampbench(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -85,7 +86,9 @@ def test_runs_metrics_and_models_arrive_on_the_server(
         assert child.data.tags["ampbench.pipeline_run_id"] == pipeline_run
         assert child.data.tags["ampbench.device"] == "cpu"
         assert child.data.tags["ampbench.autocast_dtype"] in ("none", "bfloat16")
+        assert child.data.tags["ampbench.emulated"] in ("true", "false")
         assert child.data.params["model"] == "small-cnn"
+        assert child.data.params["precision.autocast_dtype"] in ("none", "bfloat16")
         assert len(child.data.params["dataset_sha256"]) == 64
         history = client.get_metric_history(child.info.run_id, "test_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
@@ -128,9 +131,9 @@ def test_report_is_rebuilt_from_mlflow_alone(
     assert "===== RESULTS =====" in done.stdout
     original = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
     rebuilt = json.loads((tmp_path / "again" / "results.json").read_text())
-    for key in ("speedup", "memory_ratio", "accuracy_delta_pp"):
+    for key in ("speedup", "end_to_end_ratio", "memory_ratio", "accuracy_delta_pp", "verdict"):
         assert rebuilt[key] == original[key]
-    assert rebuilt["runs"]["amp"]["per_seed"] == original["runs"]["amp"]["per_seed"]
+    assert rebuilt["arms"]["amp"]["per_seed"] == original["arms"]["amp"]["per_seed"]
     assert (tmp_path / "again" / "report.html").is_file()
 
 
@@ -143,7 +146,7 @@ def test_direct_artifact_mode(
     ampbench(
         env, tmp_path, "train", "--dataset", str(synthetic_dataset), "--precision", "amp",
         "--model", "small-cnn", "--epochs", "1", "--batch-size", "50", "--subset", "200",
-        "--experiment", experiment, "--output-dir", str(tmp_path / "o"),
+        "--allow-emulated", "--experiment", experiment, "--output-dir", str(tmp_path / "o"),
     )  # fmt: skip
     (run,) = search_runs(mlflow_server_direct, experiment)
     assert run.info.artifact_uri.startswith(f"s3://{mlflow_server_direct.bucket}/direct/")
@@ -154,7 +157,7 @@ def test_direct_artifact_mode(
 
 def train_config(dataset: Path, epochs: int) -> TrainConfig:
     return TrainConfig(
-        dataset_dir=dataset, precision="bf16", model="small-cnn", epochs=epochs,
+        dataset_dir=dataset, precision="fp32", model="small-cnn", epochs=epochs,
         batch_size=50, subset=200, device="cpu",
     )  # fmt: skip
 
@@ -187,7 +190,8 @@ def test_outage_mid_training_loses_nothing(
     finally:
         mlflow_server.start()
     client = MlflowClient(tracking_uri=mlflow_server.uri)
-    run_id = results["mlflow"]["run_id"]
+    assert results.mlflow is not None
+    run_id = results.mlflow.run_id
     for metric in ("train_loss", "test_accuracy", "epoch_time_s"):
         assert [m.step for m in client.get_metric_history(run_id, metric)] == [1, 2, 3], metric
     assert client.get_run(run_id).info.status == "FINISHED"
@@ -212,5 +216,5 @@ def test_server_down_to_the_end_fails_after_writing_the_outputs(
     message = str(raised.value)
     assert "stayed unreachable" in message and "the run itself" in message
     assert "metric values" in message and "\n" not in message
-    assert json.loads((tmp_path / "results.json").read_text())["accuracy"] is not None
+    assert read_arm_results(tmp_path / "results.json").accuracy is not None
     assert (tmp_path / "model.pt").is_file()
