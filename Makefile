@@ -13,7 +13,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format compile bench image services clean
+.PHONY: help run test lint format compile bench gpu-check image services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,8 +56,11 @@ compile: $(STAMP) ## Compile the pipeline to ampbench-pipeline.yaml (ARGS="-o FI
 bench: $(STAMP) ## Run the CPU benchmarks in benchmarks/ (minutes; prints figures)
 	$(BIN)/python benchmarks/run_all.py $(ARGS)
 
+gpu-check: ## On a GPU machine: the gpu tests, then the full experiment in every precision
+	PYTHON=$(PYTHON) benchmarks/gpu_check.sh $(ARGS)
+
 image: ## Build the component image with docker buildx (IMAGE=name:tag; needs a Docker daemon)
 	docker buildx build -f docker/Dockerfile -t $(IMAGE) --load .
 
 clean: ## Remove run outputs and caches (keeps the venvs)
-	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml
+	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml gpu-check/

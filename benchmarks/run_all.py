@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["prepare_cifar10", "train_cpu", "mlflow_overhead"]
+BENCHMARKS = ["prepare_cifar10", "train_cpu", "mlflow_overhead", "protocol_agreement"]
 
 
 def main() -> int:

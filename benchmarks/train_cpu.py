@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 import torchvision
-from common import archive_argument, median, table, write_json
+from common import archive_argument, median, shrink_evaluation, table, write_json
 from torch import nn
 from torchvision import transforms
 
@@ -34,9 +34,10 @@ from ampbench.components.prepare import SourceOptions, prepare_dataset
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import build_model
+from ampbench.components.train.precision import cpu_capability, cpu_name, resolve
 
 BATCH = 128
-WARMUP = 5  # the engine's own warm-up (engine.WARMUP_STEPS), applied to every loop
+WARMUP = TrainConfig.warmup_steps  # the engine's own untimed warm-up, applied to every loop
 
 
 def timed_steps(
@@ -72,12 +73,12 @@ def bare(precision: str, steps: int) -> float:
 def engine(precision: str, dataset: Path) -> float:
     trainer = Trainer(
         TrainConfig(
-            dataset_dir=dataset, precision=precision, epochs=1, batch_size=BATCH, device="cpu"
+            dataset_dir=dataset, precision=precision, epochs=1, batch_size=BATCH, device="cpu",
+            allow_emulated=True,  # the header says whether this CPU's bf16 is native
         )
-    )
-    trainer.eval_data = {}  # evaluation is not what is measured here, and is slow on a CPU
-    results = trainer.run()
-    return results["throughput_img_s"]
+    )  # fmt: skip
+    shrink_evaluation(trainer)
+    return trainer.run().timing.throughput_img_s
 
 
 def seed_style(
@@ -164,7 +165,9 @@ def main() -> None:
         fp32, bf16 = rates[(name, "fp32")], rates[(name, "bf16")]
         rows.append([name, fp32, bf16, bf16 / fp32])
     threads = torch.get_num_threads()
+    bf16 = resolve("bf16", torch.device("cpu"), allow_emulated=True)
     print(f"\nCIFAR ResNet-18, batch {BATCH}, {threads} threads, median of {args.repeats}")
+    print(f"CPU: {cpu_name()} ({cpu_capability()}); bf16 {bf16.support}")
     print(table(["loop", "fp32 images/s", "bf16 images/s", "bf16/fp32"], rows))
     ratios = {
         "engine/bare fp32": rates[("engine", "fp32")] / rates[("bare", "fp32")],

@@ -1,8 +1,10 @@
-"""The GPU benchmark's CPU smoke test: the script runs end to end and writes its table."""
+"""The GPU check's CPU smoke mode: the script that runs on a bare GPU machine runs here end to
+end, small, and its benchmark writes the comparison table."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,18 +12,31 @@ from pathlib import Path
 from conftest import REPO
 
 
-def test_gpu_benchmark_runs_on_the_cpu(cifar_archive: Path, tmp_path: Path) -> None:
+def test_gpu_check_smoke_runs_on_the_cpu(cifar_archive: Path, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_benchmark.py"), "--device", "cpu",
-         "--data", str(cifar_archive), "--subset", "128", "--json", str(tmp_path / "gpu.json")],
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--cpu-smoke",
+         "--data", str(cifar_archive), "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHON": sys.executable},
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    table = json.loads((tmp_path / "gpu.json").read_text())
-    assert [(r["precision"], r["batch_size"]) for r in table["runs"]] == [
-        ("fp32", 64),
-        ("bf16", 64),
-    ]
-    bf16 = table["runs"][1]
-    assert bf16["speedup_vs_fp32"] > 0 and bf16["accuracy"] is not None
-    assert "fp32 b64" in done.stdout and "bf16 b64" in done.stdout
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    collected = (tmp_path / "out" / "gpu-tests.txt").read_text()
+    assert "tests/test_gpu.py::test_tf32_is_really_off_in_the_fp32_arm" in collected
+    table = json.loads((tmp_path / "out" / "gpu.json").read_text())
+    comparison = table["comparisons"]["64"]
+    assert list(comparison["arms"]) == ["fp32", "bf16"]
+    assert comparison["speedup"] > 0 and comparison["verdict"].startswith("On ")
+    assert "===== RESULTS =====" in done.stdout and "Verdict: On " in done.stdout
+    assert "steady-state speedup" in done.stdout  # the table against fp32
+
+
+def test_gpu_check_refuses_a_missing_archive(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--data", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == f"gpu_check: --data {tmp_path / 'none'}: no such file (the CIFAR-10 archive)"
+    )

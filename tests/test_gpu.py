@@ -1,0 +1,177 @@
+"""The CUDA path, run for real: these need a GPU and skip where none is visible.
+
+benchmarks/gpu_check.sh runs them on a bare GPU machine (`pytest -m gpu tests/test_gpu.py`);
+they import nothing beyond torch, numpy, pyarrow, Pillow, tqdm, scipy and ampbench's engine.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ampbench.components.train.checkpoint import NAME
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.engine import MemoryMeter, pick_device, train
+from ampbench.components.train.precision import math_mode, resolve
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU is visible"),
+]
+CHANCE = 0.1
+
+
+def config(dataset: Path, **overrides: Any) -> TrainConfig:
+    settings: dict[str, Any] = {
+        "dataset_dir": dataset,
+        "precision": "fp32",
+        "model": "small-cnn",
+        "epochs": 1,
+        "batch_size": 100,
+        "device": "cuda",
+    }
+    return TrainConfig(**{**settings, **overrides})
+
+
+def test_cuda_and_cuda0_are_devices_with_an_index() -> None:
+    assert pick_device("cuda") == torch.device("cuda", torch.cuda.current_device())
+    assert pick_device("cuda:0") == torch.device("cuda", 0)
+    assert pick_device("auto").type == "cuda"
+
+
+def test_precisions_resolve_natively_on_this_gpu() -> None:
+    gpu = pick_device("cuda")
+    capability = torch.cuda.get_device_capability(gpu)
+    amp = resolve("amp", gpu)
+    assert (amp.name, amp.grad_scaler, amp.emulated) == ("fp16", True, capability < (7, 0))
+    if capability >= (8, 0):
+        for name in ("bf16", "tf32"):
+            precision = resolve(name, gpu)
+            assert not precision.emulated and "native" in precision.support
+
+
+@pytest.mark.parametrize("requested", ["fp32", "amp", "bf16", "tf32"])
+def test_each_precision_trains_on_the_gpu(requested: str, synthetic_dataset: Path) -> None:
+    gpu = pick_device("cuda")
+    if torch.cuda.get_device_capability(gpu) < (8, 0) and requested in ("bf16", "tf32"):
+        pytest.skip(f"{requested} needs compute capability 8.0")
+    results, _ = train(config(synthetic_dataset, precision=requested, epochs=2, batch_size=50))
+    assert results.device.type == "cuda" and results.device.name == torch.cuda.get_device_name()
+    assert results.precision.requested == requested and not results.precision.emulated
+    assert results.accuracy > 4 * CHANCE
+    assert results.memory.kind == "cuda_allocated"
+    assert results.memory.train_peak_mb > 0 and results.memory.total_peak_mb > 0
+    assert results.memory.train_peak_reserved_mb is not None
+    assert results.timing.warmup_s > 0 and results.timing.throughput_img_s > 0
+
+
+def test_tf32_is_really_off_in_the_fp32_arm() -> None:
+    gpu = pick_device("cuda")
+    if torch.cuda.get_device_capability(gpu) < (8, 0):
+        pytest.skip("no TF32 before compute capability 8.0")
+    generator = torch.Generator(device=gpu).manual_seed(0)
+    a = torch.randn(1024, 1024, device=gpu, generator=generator)
+    b = torch.randn(1024, 1024, device=gpu, generator=generator)
+    images = torch.randn(8, 64, 32, 32, device=gpu, generator=generator)
+    kernel = torch.randn(64, 64, 3, 3, device=gpu, generator=generator)
+    exact_matmul = (a.double() @ b.double()).float()
+    exact_conv = torch.nn.functional.conv2d(images.double(), kernel.double(), padding=1).float()
+
+    def errors(name: str) -> tuple[float, float]:
+        with math_mode(resolve(name, gpu)):
+            matmul = (a @ b - exact_matmul).abs().max().item()
+            conv = torch.nn.functional.conv2d(images, kernel, padding=1)
+            return matmul, (conv - exact_conv).abs().max().item()
+
+    strict, tf32 = errors("fp32"), errors("tf32")
+    # TF32 keeps 10 mantissa bits to fp32's 23: its error is orders of magnitude larger.
+    assert tf32[0] > 50 * strict[0], (strict, tf32)
+    assert tf32[1] > 50 * strict[1], (strict, tf32)
+
+
+def test_fp16_grad_scaler_on_real_data(cifar_subset: Path) -> None:
+    results, _ = train(config(cifar_subset, precision="fp16", model="resnet18", batch_size=50))
+    assert results.precision.grad_scaler and results.precision.autocast_dtype == "float16"
+    assert results.loss_scale is not None and results.loss_scale >= 1.0
+    # A healthy scaler skips a few steps while it finds its scale, then none.
+    assert results.skipped_steps < 10
+    assert all(e.train_loss == e.train_loss for e in results.epochs)  # no NaN
+
+
+def test_memory_meter_sees_an_allocation() -> None:
+    gpu = pick_device("cuda")
+    meter = MemoryMeter(gpu)
+    meter.start()
+    resident = torch.empty(64 * 2**20, dtype=torch.uint8, device=gpu)
+    meter.mark_resident()
+    meter.reset_peak()
+    transient = torch.empty(256 * 2**20, dtype=torch.uint8, device=gpu)
+    del transient
+    train_peak = meter.window_peak_mb()
+    record = meter.record()
+    del resident
+    assert 256 <= train_peak < 260
+    assert 64 <= record.resident_mb < 68
+    assert 320 <= record.total_peak_mb < 330
+    assert record.total_peak_reserved_mb is not None and record.total_peak_reserved_mb >= 320
+
+
+def test_compile_on_the_gpu(synthetic_dataset: Path) -> None:
+    results, _ = train(config(synthetic_dataset, precision="amp", compile=True, epochs=2))
+    assert 0 < results.timing.compile_s <= results.timing.warmup_s
+    assert results.accuracy > 4 * CHANCE
+
+
+# One arm through the train step in a process of its own (the command line would import kfp,
+# which a bare GPU machine lacks).
+TRAIN_ONE_ARM = """
+import sys
+from pathlib import Path
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.step import run_training
+dataset, out, resume = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "resume"
+checkpoints = sys.argv[4] if len(sys.argv) > 4 else None
+config = TrainConfig(
+    dataset_dir=dataset, precision="amp", model="small-cnn", epochs=2, batch_size=20,
+    device="cuda:0", checkpoint_dir=checkpoints, checkpoint_every=7 if checkpoints else 0,
+    resume=resume,
+)
+run_training(config, out / "results.json", out / "model.pt")
+"""
+
+
+def train_in_a_process(dataset: Path, out: Path, *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", TRAIN_ONE_ARM, str(dataset), str(out), *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_sigkill_then_resume_on_the_gpu(synthetic_dataset: Path, tmp_path: Path) -> None:
+    checkpoints = str(tmp_path / "checkpoints")
+    victim = train_in_a_process(synthetic_dataset, tmp_path / "killed", "fresh", checkpoints)
+    deadline = time.monotonic() + 240
+    while not any(NAME.match(p.name) for p in Path(checkpoints).glob("ckpt-*.pt")):
+        assert victim.poll() is None, victim.stdout.read()  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    resumed = train_in_a_process(synthetic_dataset, tmp_path / "resumed", "resume", checkpoints)
+    output = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, output
+    results = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    assert results["resumed_from"] is not None
+    assert results["device"]["type"] == "cuda" and len(results["epochs"]) == 2
+    whole = train_in_a_process(synthetic_dataset, tmp_path / "whole", "fresh")
+    output = whole.communicate(timeout=600)[0]
+    assert whole.returncode == 0, output
+    uninterrupted = json.loads((tmp_path / "whole" / "results.json").read_text())
+    # cuDNN's backward kernels use atomics: close to an uninterrupted run, not bitwise.
+    assert abs(results["accuracy"] - uninterrupted["accuracy"]) < 0.1
