@@ -21,6 +21,7 @@ from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, r
 from ampbench.errors import AmpbenchError
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
+    UNRECORDED,
     ArmResults,
     DatasetRecord,
     DeviceRecord,
@@ -43,6 +44,9 @@ Mixed Accuracy: 0.6969
 Mixed Memory  : 1916.57 MB
 Mixed Time    : 252.56 sec"""
 IMAGES = 50_000
+# Two results files written by ampbench before schema version 2 (commit 1f5d895: small-cnn,
+# 100 synthetic images, one epoch, fp32 and bf16 on a CPU).
+SCHEMA_1 = Path(__file__).parent / "data"
 T_975_DF2 = 4.302653  # Student's t, 97.5th percentile, 2 degrees of freedom
 
 
@@ -347,7 +351,7 @@ def test_results_files_are_validated_against_the_schema(tmp_path: Path) -> None:
     assert read_arm_results(good) == arm_result("fp32", 0, 0.7, 1.0, 1.0)
     data = json.loads(good.read_text())
     cases = {
-        "old.json": ({**data, "schema_version": 1}, r"old\.json: schema version 1 is not one"),
+        "new.json": ({**data, "schema_version": 7}, r"new\.json: schema version 7 is not one"),
         "none.json": ([1, 2], r"none\.json: not the results of an ampbench training run"),
         "type.json": (
             {**data, "memory": {**data["memory"], "train_peak_mb": "a lot"}},
@@ -367,6 +371,35 @@ def test_results_files_are_validated_against_the_schema(tmp_path: Path) -> None:
         (tmp_path / name).write_text(json.dumps(content))
         with pytest.raises(AmpbenchError, match=message):
             read_arm_results(tmp_path / name)
+
+
+def test_results_of_schema_1_are_upgraded_and_flagged(tmp_path: Path) -> None:
+    fp32 = read_arm_results(SCHEMA_1 / "results-v1-fp32.json")
+    bf16 = read_arm_results(SCHEMA_1 / "results-v1-bf16.json")
+    original = json.loads((SCHEMA_1 / "results-v1-bf16.json").read_text())
+    assert bf16.upgraded_from_schema == 1 and bf16.precision.support == UNRECORDED
+    assert bf16.timing.train_time_s == original["train_time_s"]
+    assert bf16.memory.train_peak_mb == original["peak_memory_mb"]
+    assert bf16.precision.resolved == "bf16" and bf16.device.name == original["device_name"]
+    comparison = compare_arms({"fp32": [fp32], "bf16": [bf16]})
+    assert comparison.speedup == pytest.approx(
+        bf16.timing.throughput_img_s / fp32.timing.throughput_img_s
+    )
+    assert any("schema version 1 (an earlier ampbench" in w for w in comparison.warnings)
+    original["hyperparameters"]["batch_size"] = 25
+    (tmp_path / "other.json").write_text(json.dumps(original))
+    with pytest.raises(AmpbenchError, match=r"batch size \(fp32: 50; bf16: 25\)"):
+        compare_arms({"fp32": [fp32], "bf16": [read_arm_results(tmp_path / "other.json")]})
+    # Measured by another protocol (schema 2 records its warm-up): refused too.
+    protocol_2 = dataclasses.replace(
+        bf16, hyperparameters={**bf16.hyperparameters, "warmup_steps": 3}
+    )
+    with pytest.raises(AmpbenchError, match=r"warmup steps \(fp32: unrecorded; bf16: 3\)"):
+        compare_arms({"fp32": [fp32], "bf16": [protocol_2]})
+    del original["accuracy"]
+    (tmp_path / "broken.json").write_text(json.dumps(original))
+    with pytest.raises(AmpbenchError, match=r"broken\.json: not valid ampbench results of schema"):
+        read_arm_results(tmp_path / "broken.json")
 
 
 def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
@@ -396,7 +429,7 @@ def test_report_states_settings_definitions_and_verdict(tmp_path: Path) -> None:
     outputs = CompareOutputs.in_directory(tmp_path / "out")
     comparison = run_comparison({"fp32": paths[:2], "amp": paths[2:]}, outputs)
     markdown = outputs.report.read_text()
-    assert f"**Verdict.** {comparison.verdict}" in markdown
+    assert markdown.splitlines()[2] == f"**Verdict.** {comparison.verdict}"  # it opens with it
     settings = ["| model | resnet18 |", "| batch size | 128 |", "| torch | 2.14.1 |"]
     settings += ["| device | NVIDIA H200 (cuda) |", "| seeds | 0, 1 |", "| CUDA | 13.0 |"]
     for setting in settings:

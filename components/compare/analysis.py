@@ -344,6 +344,14 @@ def compare_arms(
             f"Resumed from a checkpoint: {', '.join(resumed)}. Their training time adds up "
             "several processes, each with its own warm-up."
         )
+    upgraded = sorted({r.upgraded_from_schema for runs in paired.values() for r in runs} - {None})
+    if upgraded:
+        warnings.append(
+            f"Some results are of schema version {', '.join(map(str, upgraded))} (an earlier "
+            "ampbench, before its measurement protocol): their time holds the first epoch's "
+            "one-time costs, their memory counts the data set and the model, and whether their "
+            "precision was native was not recorded."
+        )
     if unpaired:
         left_out = "; ".join(
             f"{name} seed {', '.join(map(str, s))}" for name, s in unpaired.items()

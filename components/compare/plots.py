@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display, in a pod or on a CI machine
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from ampbench.results import ArmSummary, Comparison, Estimate
 
@@ -53,11 +53,19 @@ def _curves(comparison: Comparison, path: Path) -> None:
         ("test_accuracy", "Test accuracy", "accuracy"),
     )
     for ax, (key, title, ylabel) in zip(axes, panels, strict=True):
+        values = []
         for color, (name, arm) in zip(COLORS, comparison.arms.items(), strict=False):
             points = [(r["epoch"], r[key]) for r in arm.epochs if r.get(key) is not None]
             ax.plot(*zip(*points, strict=True), "o-", color=color, label=name)
+            values += [value for _, value in points]
         if key.endswith("loss"):
             ax.set_yscale("log")
+            # Plain numbers (4.6, 100), not 4.6x10^0; minor ticks labelled only where the axis
+            # spans less than a decade (else they crowd).
+            plain = FuncFormatter(lambda value, _: f"{value:g}")
+            ax.yaxis.set_major_formatter(plain)
+            short = max(values) < 10 * min(values)
+            ax.yaxis.set_minor_formatter(plain if short else NullFormatter())
         ax.set(xlabel="epoch", ylabel=ylabel, title=title)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3, which="both")

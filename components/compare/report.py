@@ -145,11 +145,11 @@ def _notes(comparison: Comparison) -> list[str]:
 
 
 def render_markdown(comparison: Comparison) -> str:
-    lines = [f"# {TITLE}", ""]
+    lines = [f"# {TITLE}", "", f"**Verdict.** {comparison.verdict}", ""]
     lines += [f"> **WARNING:** {warning}" for warning in comparison.warnings]
     if comparison.warnings:
         lines.append("")
-    lines += [f"**Verdict.** {comparison.verdict}", "", "## Our run", "", "```"]
+    lines += ["## Our run", "", "```"]
     lines += [render_text(comparison), "```", ""]
     for heading, (header, rows) in tables(comparison).items():
         lines += [f"## {heading}", "", "| " + " | ".join(header) + " |"]
@@ -177,12 +177,12 @@ def render_html(comparison: Comparison, plots: Sequence[Path]) -> str:
         ".warning{background:#fff3cd;border:1px solid #e0b000;padding:.6em}</style>"
         "</head><body>",
         f"<h1>{escape(TITLE)}</h1>",
+        f"<p><strong>Verdict.</strong> {escape(comparison.verdict)}</p>",
     ]
     parts += [
         f'<p class="warning"><strong>WARNING:</strong> {escape(w)}</p>' for w in comparison.warnings
     ]
     parts += [
-        f"<p><strong>Verdict.</strong> {escape(comparison.verdict)}</p>",
         "<h2>Our run</h2>",
         f"<pre>{escape(render_text(comparison))}</pre>",
     ]
