@@ -21,7 +21,7 @@ import torch
 from ampbench.components.train import engine
 from ampbench.components.train.checkpoint import NAME
 from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import MemoryMeter, Trainer, train
+from ampbench.components.train.engine import MemoryMeter, Trainer, build_optimizer, train
 from ampbench.components.train.models import small_cnn
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults
@@ -180,6 +180,28 @@ def test_fp16_skipped_steps_are_counted(synthetic_dataset: Path) -> None:
     assert results.loss_scale == 2.0**20 / 2**skipped
 
 
+def test_a_skipped_first_step_leaves_the_fused_optimizer_sound() -> None:
+    """Fused SGD (the engine's on CUDA; it runs on a CPU too) after an fp16 step that the
+    GradScaler skips: the same weights as stock SGD, not uninitialised momentum."""
+    config = TrainConfig(dataset_dir=Path("."), lr=0.1)
+    weights = {}
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(64, 10)
+        optimizer = build_optimizer(model, config, fused=fused)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+        inputs, labels = torch.randn(32, 64), torch.randint(0, 10, (32,))
+        for step in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+            scaler.scale(loss * (float("inf") if step == 0 else 1.0)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        weights[fused] = model.weight.detach()
+    assert torch.isfinite(weights[True]).all() and weights[True].abs().max() < 1
+    torch.testing.assert_close(weights[True], weights[False])
+
+
 @pytest.mark.usefixtures("tiny_model")
 def test_fp16_skipping_every_step_stops(synthetic_dataset: Path) -> None:
     config = small_config(
@@ -249,7 +271,11 @@ def test_the_warm_up_puts_back_everything_a_step_changes(synthetic_dataset: Path
     trainer.warm_up(trainer.model)
     after = trainer.training_state()
     assert after["scaler"] == before["scaler"] and after["scheduler"] == before["scheduler"]
-    assert after["optimizer"]["state"] == {} == before["optimizer"]["state"]
+    for index, state in before["optimizer"]["state"].items():  # zero momentum, as made
+        assert torch.equal(
+            after["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"]
+        )
+        assert not state["momentum_buffer"].any()
     for part in ("model", "counters"):
         for name, value in before[part].items():
             assert torch.equal(after[part][name], value), (part, name)

@@ -318,6 +318,28 @@ class DeviceCounters:
         return cls(**state)
 
 
+def build_optimizer(model: nn.Module, config: TrainConfig, fused: bool) -> torch.optim.SGD:
+    """SGD with Nesterov momentum, its momentum buffers made (as zeros) up front.
+
+    Fused SGD creates missing buffers with torch.empty_like and fills them in its first step,
+    unless the GradScaler finds an inf there and the kernel returns early: then the next step
+    uses uninitialised memory as momentum (weights of 1e25 after one skipped fp16 step). Zero
+    buffers make no difference otherwise: without dampening the first step's buffer is the
+    gradient either way. They are also optimizer state that is resident before the first step.
+    """
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=config.lr,
+        momentum=config.momentum,
+        nesterov=True,
+        weight_decay=config.weight_decay,
+        fused=fused,
+    )
+    for parameter in model.parameters():
+        optimizer.state[parameter]["momentum_buffer"] = torch.zeros_like(parameter)
+    return optimizer
+
+
 def _host_copy(value: Any) -> Any:
     """A deep copy with every tensor on the host (a state dict holds references to live ones)."""
     if isinstance(value, torch.Tensor):
@@ -373,16 +395,9 @@ class Trainer:
         self.model = build_model(config.model, len(self.metadata["classes"])).to(
             self.device, memory_format=torch.channels_last
         )
-        self.optimizer = torch.optim.SGD(
-            self.model.parameters(),
-            lr=config.lr,
-            momentum=config.momentum,
-            nesterov=True,
-            weight_decay=config.weight_decay,
-            # On CUDA the fused kernel takes the GradScaler's inf check on the device; any
-            # other optimizer makes scaler.step() wait for the host on every fp16 step.
-            fused=self.device.type == "cuda",
-        )
+        # On CUDA the fused kernel takes the GradScaler's inf check on the device; any other
+        # optimizer makes scaler.step() wait for the host on every fp16 step.
+        self.optimizer = build_optimizer(self.model, config, fused=self.device.type == "cuda")
         self.schedule = OneCycle(self.steps_per_epoch * config.epochs, config.warmup_fraction)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
         self.scaler = torch.amp.GradScaler(
