@@ -45,7 +45,8 @@ DEFINITIONS = {
     ),
     "Total peak memory": (
         "the whole run's peak above the process's memory before the data upload: data set, "
-        "model, warm-up, training and evaluation"
+        "model, training and evaluation (not the warm-up, where cuDNN's autotuning tries "
+        "algorithms with scratch memory of their own)"
     ),
     "Accuracy delta": (
         "arm minus baseline test accuracy in percentage points, the mean of per-seed differences"

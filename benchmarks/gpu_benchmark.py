@@ -18,6 +18,7 @@ tqdm and scipy (ampbench itself need not be installed; simplejpeg speeds up deco
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -48,13 +49,14 @@ CPU_SMOKE = {
     "batch_sizes": "64",
     "model": "small-cnn",
 }
-ARM_FAILED = 3  # a child's exit status when the arm cannot run here (one line on stderr)
+CANNOT_RUN_HERE = 3  # a child's exit status when the device has no native math for the arm
 
 
 def train_one_arm(args: argparse.Namespace) -> int:
     """The child: one arm and seed, in this fresh process, results written as JSON."""
     from ampbench.components.train.config import TrainConfig
-    from ampbench.components.train.engine import train
+    from ampbench.components.train.engine import pick_device, train
+    from ampbench.components.train.precision import resolve
     from ampbench.results import write_json as write_results
 
     config = TrainConfig(
@@ -62,18 +64,24 @@ def train_one_arm(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, seed=args.seed, model=args.model, compile=args.compile,
         device=args.device, allow_emulated=args.allow_emulated,
     )  # fmt: skip
+    try:  # an arm this device cannot run natively is skipped; any other error is a failure
+        resolve(config.precision, pick_device(config.device), config.allow_emulated)
+    except AmpbenchError as error:
+        print(f"{error}", file=sys.stderr)
+        return CANNOT_RUN_HERE
     try:
         results, _ = train(config)
     except AmpbenchError as error:
         print(f"{error}", file=sys.stderr)
-        return ARM_FAILED
+        return 1
     write_results(args.arm_results, results)
     return 0
 
 
 def run_arm(args: argparse.Namespace, dataset: Path, precision: str, batch: int, seed: int,
             out: Path) -> ArmResults | str:  # fmt: skip
-    """Train one arm and seed in a child process: its results, or why it could not run."""
+    """Train one arm and seed in a child process: its results, or why it could not run
+    (raises SystemExit if it failed for any other reason)."""
     command = [
         sys.executable, __file__, "--arm-results", str(out), "--dataset", str(dataset),
         "--precision", precision, "--batch-size", str(batch), "--seed", str(seed),
@@ -82,12 +90,16 @@ def run_arm(args: argparse.Namespace, dataset: Path, precision: str, batch: int,
     command += ["--compile"] if args.compile else []
     command += ["--allow-emulated"] if args.allow_emulated else []
     done = subprocess.run(command, stderr=subprocess.PIPE, text=True)
-    if done.returncode == ARM_FAILED:
+    if done.returncode == CANNOT_RUN_HERE:
         return done.stderr.strip().splitlines()[-1]
     if done.returncode != 0:
         sys.stderr.write(done.stderr[-5000:])
-        raise SystemExit(f"gpu_benchmark: the {precision} arm (batch {batch}, seed {seed}) failed")
+        raise ArmFailed(f"the {precision} arm (batch {batch}, seed {seed}) failed")
     return read_arm_results(out)
+
+
+class ArmFailed(Exception):
+    """An arm that could run here but did not finish (diverged, crashed)."""
 
 
 def main() -> None:
@@ -107,6 +119,12 @@ def main() -> None:
         help="measure precisions the device has no native math for (cpu smoke: always)",
     )
     parser.add_argument("--json", type=Path, help="write the comparisons here as JSON")
+    parser.add_argument(
+        "--arms",
+        type=Path,
+        help="append each arm's results here as it finishes (JSON lines): kept if the run "
+        "is cut short",
+    )
     # The child's own arguments (one arm and seed in a fresh process):
     parser.add_argument("--arm-results", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--dataset", type=Path, help=argparse.SUPPRESS)
@@ -136,6 +154,10 @@ def main() -> None:
     started = time.perf_counter()
     runs: dict[int, dict[str, list[ArmResults]]] = {b: {} for b in batch_sizes}
     skipped: dict[str, str] = {}
+    failed: list[str] = []
+    if args.arms:
+        args.arms.parent.mkdir(parents=True, exist_ok=True)
+        args.arms.write_text("")
     with tempfile.TemporaryDirectory() as tmp:
         dataset = Path(tmp) / "cifar10"
         prepare_dataset(
@@ -150,12 +172,20 @@ def main() -> None:
                         continue
                     arm_started = time.perf_counter()
                     out = Path(tmp) / f"{precision}-b{batch}-s{seed}.json"
-                    outcome = run_arm(args, dataset, precision, batch, seed, out)
+                    try:
+                        outcome = run_arm(args, dataset, precision, batch, seed, out)
+                    except ArmFailed as error:
+                        failed.append(str(error))
+                        print(f"FAILED: {error}", flush=True)
+                        continue
                     if isinstance(outcome, str):
                         skipped[precision] = outcome
                         print(f"skipped {precision}: {outcome}", flush=True)
                         continue
                     runs[batch].setdefault(precision, []).append(outcome)
+                    if args.arms:
+                        with args.arms.open("a") as arms_file:
+                            arms_file.write(json.dumps(schema.dump(outcome)) + "\n")
                     print(
                         f"{precision} batch {batch} seed {seed}: "
                         f"{outcome.timing.throughput_img_s:,.0f} images/s, "
@@ -186,10 +216,13 @@ def main() -> None:
             "subset": subset,
             "seeds": seeds,
             "skipped": skipped,
+            "failed": failed,
             "total_s": total,
             "comparisons": comparisons,
         },
     )
+    if failed:
+        sys.exit(f"gpu_benchmark: {len(failed)} arm(s) failed: {'; '.join(failed)}")
     if not comparisons:
         sys.exit("gpu_benchmark: no batch size had an arm to compare with fp32")
 

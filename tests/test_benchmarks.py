@@ -22,6 +22,8 @@ def test_gpu_check_smoke_runs_on_the_cpu(cifar_archive: Path, tmp_path: Path) ->
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     collected = (tmp_path / "out" / "gpu-tests.txt").read_text()
     assert "tests/test_gpu.py::test_tf32_is_really_off_in_the_fp32_arm" in collected
+    arms = (tmp_path / "out" / "arms.jsonl").read_text().splitlines()
+    assert [json.loads(line)["precision"]["requested"] for line in arms] == ["fp32", "bf16"]
     table = json.loads((tmp_path / "out" / "gpu.json").read_text())
     comparison = table["comparisons"]["64"]
     assert list(comparison["arms"]) == ["fp32", "bf16"]

@@ -296,6 +296,12 @@ def test_accuracy_at_chance_is_said_instead_of_a_delta() -> None:
         }
     )
     assert not above.accuracy_at_chance
+    # One diverged seed among good ones shows, named: seeds are judged one by one.
+    fp32 = [arm_result("fp32", s, 0.70, 3000.0, 300.0) for s in range(3)]
+    amp = [arm_result("amp", s, 0.70 if s != 1 else 0.10, 1500.0, 100.0) for s in range(3)]
+    diverged = compare_arms({"fp32": fp32, "amp": amp})
+    assert diverged.accuracy_at_chance
+    assert any("chance level (1/10) in amp seed 1:" in w for w in diverged.warnings)
 
 
 def test_resumed_and_emulated_runs_are_flagged() -> None:

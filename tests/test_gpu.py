@@ -73,7 +73,9 @@ def test_each_precision_trains_on_the_gpu(requested: str, synthetic_dataset: Pat
     assert results.timing.warmup_s > 0 and results.timing.throughput_img_s > 0
 
 
-def test_tf32_is_really_off_in_the_fp32_arm() -> None:
+def test_tf32_is_really_off_in_the_fp32_arm(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whatever earlier runs left: no autotuned Winograd or FFT convolution in the fp32 arm.
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     gpu = pick_device("cuda")
     if torch.cuda.get_device_capability(gpu) < (8, 0):
         pytest.skip("no TF32 before compute capability 8.0")
@@ -98,12 +100,21 @@ def test_tf32_is_really_off_in_the_fp32_arm() -> None:
 
 
 def test_fp16_grad_scaler_on_real_data(cifar_subset: Path) -> None:
-    results, _ = train(config(cifar_subset, precision="fp16", model="resnet18", batch_size=50))
+    # A scale of 2^24 overflows fp16 gradients at first: the scaler must skip those steps
+    # (the fused optimizer too, which once read garbage momentum after a skipped step) and
+    # then train soundly.
+    results, model = train(
+        config(
+            cifar_subset, precision="fp16", model="resnet18", batch_size=50, epochs=3,
+            lr=0.05, initial_loss_scale=2.0**24,
+        )
+    )  # fmt: skip
     assert results.precision.grad_scaler and results.precision.autocast_dtype == "float16"
-    assert results.loss_scale is not None and results.loss_scale >= 1.0
-    # A healthy scaler skips a few steps while it finds its scale, then none.
-    assert results.skipped_steps < 10
-    assert all(e.train_loss == e.train_loss for e in results.epochs)  # no NaN
+    assert 3 <= results.skipped_steps < 20
+    assert results.loss_scale is not None and 1.0 <= results.loss_scale < 2.0**24
+    losses = [e.train_loss for e in results.epochs]
+    assert losses[-1] < losses[0] < 10
+    assert all(torch.isfinite(p).all() and p.abs().max() < 100 for p in model.parameters())
 
 
 def test_memory_meter_sees_an_allocation() -> None:
@@ -156,7 +167,7 @@ def train_in_a_process(dataset: Path, out: Path, *args: str) -> subprocess.Popen
 def test_sigkill_then_resume_on_the_gpu(synthetic_dataset: Path, tmp_path: Path) -> None:
     checkpoints = str(tmp_path / "checkpoints")
     victim = train_in_a_process(synthetic_dataset, tmp_path / "killed", "fresh", checkpoints)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 120
     while not any(NAME.match(p.name) for p in Path(checkpoints).glob("ckpt-*.pt")):
         assert victim.poll() is None, victim.stdout.read()  # type: ignore[union-attr]
         assert time.monotonic() < deadline, "no checkpoint appeared"
@@ -164,13 +175,13 @@ def test_sigkill_then_resume_on_the_gpu(synthetic_dataset: Path, tmp_path: Path)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     resumed = train_in_a_process(synthetic_dataset, tmp_path / "resumed", "resume", checkpoints)
-    output = resumed.communicate(timeout=600)[0]
+    output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
     results = json.loads((tmp_path / "resumed" / "results.json").read_text())
     assert results["resumed_from"] is not None
     assert results["device"]["type"] == "cuda" and len(results["epochs"]) == 2
     whole = train_in_a_process(synthetic_dataset, tmp_path / "whole", "fresh")
-    output = whole.communicate(timeout=600)[0]
+    output = whole.communicate(timeout=300)[0]
     assert whole.returncode == 0, output
     uninterrupted = json.loads((tmp_path / "whole" / "results.json").read_text())
     # cuDNN's backward kernels use atomics: close to an uninterrupted run, not bitwise.

@@ -187,13 +187,14 @@ def pair(
     )
 
 
-def above_chance(runs: Sequence[ArmResults]) -> bool:
-    """Whether the arm's test accuracy, pooled over seeds, is significantly above chance."""
+def above_chance(run: ArmResults) -> bool:
+    """Whether the run's test accuracy is significantly above chance (binomial test). Each
+    seed on its own: seeds share their test images, and one diverged seed must show."""
     from scipy import stats
 
-    images = sum(run.dataset.test_images for run in runs)
-    correct = round(sum(run.accuracy * run.dataset.test_images for run in runs))
-    chance = 1.0 / runs[0].dataset.classes
+    images = run.dataset.test_images
+    correct = round(run.accuracy * images)
+    chance = 1.0 / run.dataset.classes
     return bool(
         stats.binomtest(correct, images, chance, alternative="greater").pvalue < CHANCE_P_VALUE
     )
@@ -317,7 +318,13 @@ def compare_arms(
         if name != baseline
     }
     headline = next(iter(comparisons))
-    at_chance = not all(above_chance(runs) for runs in paired.values())
+    at_chance_runs = [
+        f"{name} seed {run.seed}"
+        for name, runs in paired.items()
+        for run in runs
+        if not above_chance(run)
+    ]
+    at_chance = bool(at_chance_runs)
     resumed = [
         f"{name} seed {run.seed}"
         for name, runs in paired.items()
@@ -359,8 +366,8 @@ def compare_arms(
         warnings.append(f"Left out, with no partner in every arm: {left_out}.")
     if at_chance:
         warnings.append(
-            f"Accuracy is at chance level (1/{first.dataset.classes}) in some arm: the runs are "
-            "too short to judge accuracy."
+            f"Accuracy is at chance level (1/{first.dataset.classes}) in "
+            f"{', '.join(at_chance_runs)}: too short (or diverged) to judge accuracy."
         )
     this = comparisons[headline]
     settings = {

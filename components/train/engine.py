@@ -167,9 +167,16 @@ class MemoryMeter:
         self._reset_device_peak()  # what came before this run is no part of it
 
     def mark_resident(self) -> None:
-        """What is resident before the first step: data set, model, optimizer state."""
+        """What is resident before the first step: data set, model, optimizer state. Opens
+        the warm-up's window, which `skip_window` leaves out of every figure."""
         self._settle()
         self.resident = self._now()
+        self.reset_peak()
+
+    def skip_window(self) -> None:
+        """Open a new window without counting the current one: the warm-up's peak holds
+        cuDNN's autotuning, whose trial algorithms allocate scratch memory of their own."""
+        self._reset_device_peak()
 
     def reset_peak(self) -> None:
         """Fold the current window into the total, and open a new one."""
@@ -590,6 +597,7 @@ class Trainer:
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             self.memory.mark_resident()
             self.warm_up(model)  # inside math_mode: the code warmed up is the code timed
+            self.memory.skip_window()
             gc.collect()  # not in the middle of a timed epoch
             while state.epoch < config.epochs:
                 epoch = state.epoch
