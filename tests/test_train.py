@@ -181,7 +181,7 @@ def test_training_learns_far_above_chance(precision: str, synthetic_dataset: Pat
     results, _ = train(
         TrainConfig(
             dataset_dir=synthetic_dataset, precision=precision, model="small-cnn", epochs=3,
-            batch_size=30, subset=300, lr=0.05, device="cpu", allow_emulated=True,
+            batch_size=20, subset=200, lr=0.05, device="cpu", allow_emulated=True,
             deterministic=True,
         )
     )  # fmt: skip
