@@ -11,6 +11,9 @@ TOOLS_STAMP := $(TOOLS_VENV)/.installed
 IMAGE ?= $(shell $(PYTHON) -c "import re; print('ghcr.io/ampbench/ampbench:' + re.search(r'^version = \"(.+)\"', open('pyproject.toml').read(), re.M).group(1))")
 ARGS ?=
 PYTEST_ARGS ?=
+# Two workers: much of the suite waits on subprocesses and services (KFP tasks, Ceph, MLflow),
+# so even on 2 cores a second worker shortens it; a file's tests stay on one worker.
+PYTEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help run test lint format compile bench gpu-check image services clean
@@ -34,7 +37,7 @@ run: $(STAMP) ## Run the experiment through the KFP local runner; options via AR
 	$(BIN)/ampbench run $(ARGS)
 
 test: lint services ## Lint, install the services the tests start (Ceph RGW), run pytest
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: ## ruff, and the offline Dockerfile and manifest checks
 	@# The two venvs are independent: built side by side, a fresh checkout's setup is ~25 s shorter.

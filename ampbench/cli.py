@@ -170,6 +170,13 @@ def _compile(args: argparse.Namespace) -> int:
 
 # -- prepare ------------------------------------------------------------------------------------
 def _add_prepare(commands: argparse._SubParsersAction) -> None:
+    from ampbench.components.prepare.limits import (
+        DEFAULT_MAX_DECODED_BYTES,
+        DEFAULT_MAX_EXTRACT_BYTES,
+        DEFAULT_MAX_IMAGE_PIXELS,
+        DEFAULT_MAX_MEMBERS,
+    )
+
     parser = commands.add_parser(
         "prepare",
         help="run the prepare step by itself",
@@ -195,8 +202,30 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE")
     parser.add_argument("--skip-bad-images", action="store_true", help="skip unreadable images")
-    parser.add_argument("--max-extract-bytes", type=positive_int, help="archive size limit")
-    parser.add_argument("--max-members", type=positive_int, help="archive member-count limit")
+    parser.add_argument(
+        "--max-extract-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_EXTRACT_BYTES,
+        help="most bytes an archive or tree may expand to",
+    )
+    parser.add_argument(
+        "--max-members",
+        type=positive_int,
+        default=DEFAULT_MAX_MEMBERS,
+        help="most files an archive or tree may hold",
+    )
+    parser.add_argument(
+        "--max-image-pixels",
+        type=positive_int,
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        help="most pixels one image's header may declare (checked before decoding)",
+    )
+    parser.add_argument(
+        "--max-decoded-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_DECODED_BYTES,
+        help="most bytes the decoded images may take (also bounded by the memory free)",
+    )
     parser.add_argument("--cache-dir", type=Path, help="downloads and prepared datasets")
     parser.add_argument("--no-cache", action="store_true", help="prepare again even if cached")
     parser.set_defaults(handler=_prepare)
@@ -204,7 +233,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
 
 def _prepare(args: argparse.Namespace) -> int:
     from ampbench.components.prepare import SourceOptions, prepare_dataset
-    from ampbench.components.prepare.archive import Limits
+    from ampbench.components.prepare.limits import Limits
     from ampbench.components.prepare.sources import default_cache_dir
 
     metadata = prepare_dataset(
@@ -218,7 +247,12 @@ def _prepare(args: argparse.Namespace) -> int:
             test_fraction=args.test_fraction,
             seed=args.seed,
             skip_bad_images=args.skip_bad_images,
-            limits=Limits.with_overrides(args.max_extract_bytes or 0, args.max_members or 0),
+            limits=Limits(
+                args.max_extract_bytes,
+                args.max_members,
+                args.max_image_pixels,
+                args.max_decoded_bytes,
+            ),
         ),
         use_cache=not args.no_cache,
     )

@@ -113,6 +113,6 @@ def make_hostile_cifar_tarball(path: Path) -> Path:
         )
         for name in ["data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"]:
             add_member(archive, f"cifar-10-batches-py/{name}", b"")
-        meta = pickle.dumps({b"label_names": [b"a", b"b"]}, protocol=2)
+        meta = pickle.dumps({b"label_names": [f"c{i}".encode() for i in range(10)]}, protocol=2)
         add_member(archive, "cifar-10-batches-py/batches.meta", meta)
     return path

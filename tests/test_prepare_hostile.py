@@ -10,10 +10,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from datagen import add_member, make_hostile_cifar_tarball, make_image_folder, make_tar
+from datagen import (
+    add_member,
+    make_cifar_python_tarball,
+    make_hostile_cifar_tarball,
+    make_image_folder,
+    make_tar,
+)
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.prepare.archive import Limits
+from ampbench.components.prepare.limits import Limits
 from ampbench.errors import AmpbenchError
 
 
@@ -192,3 +198,216 @@ def test_fifo_in_a_directory_source_is_refused_before_it_is_read(tmp_path: Path)
     make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
     os.mkfifo(tmp_path / "tree" / "train" / "a" / "pipe.png")  # reading it would hang
     prepare_fails(tmp_path, tmp_path / "tree", "links and special files")
+
+
+def png_declaring(width: int, height: int) -> bytes:
+    """A valid PNG header (IHDR) declaring width x height, with no pixel data behind it."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body)
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def jpeg_declaring(width: int, height: int) -> bytes:
+    """A real 8x8 JPEG whose frame header (SOF0) is patched to declare width x height."""
+    import io
+    import struct
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buffer, "JPEG")
+    data = bytearray(buffer.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def folder_with(tmp_path: Path, name: str, data: bytes) -> Path:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    (tmp_path / "tree" / "train" / "a" / name).write_bytes(data)
+    return tmp_path / "tree"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "declared"),
+    [
+        ("bomb.png", png_declaring(30000, 30000), "30000x30000"),
+        ("bomb.jpg", jpeg_declaring(65000, 65000), "65000x65000"),
+    ],
+)
+def test_decompression_bombs_are_refused_from_their_header(
+    tmp_path: Path, name: str, data: bytes, declared: str
+) -> None:
+    """A few hundred bytes that declare billions of pixels: refused by name, from the header,
+    before any pixel is decoded or any array allocated; skipping bad images does not admit it."""
+    tree = folder_with(tmp_path, name, data)
+    message = prepare_fails(tmp_path, tree, f"train/a/{name}: its header declares {declared}")
+    assert "--max-image-pixels" in message
+    prepare_fails(tmp_path, tree, declared, skip_bad_images=True)
+
+
+def test_pixel_limit_is_an_option(tmp_path: Path) -> None:
+    tree = folder_with(tmp_path, "big.png", png_declaring(100, 100))
+    prepare_fails(tmp_path, tree, "100x100 pixels", limits=Limits(max_image_pixels=99 * 99))
+
+
+def test_decoded_size_is_checked_before_the_array_is_allocated(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 4, "test": 2})
+    message = prepare_fails(
+        tmp_path,
+        tmp_path / "tree",
+        "would take .* more than the",
+        limits=Limits(max_decoded_bytes=100),
+    )
+    assert "--image-size" in message
+
+
+def test_decoded_size_beyond_the_memory_limit_is_refused(tmp_path: Path) -> None:
+    """Under an address-space limit (ulimit -v), a data set whose decoded images cannot fit is
+    refused in one line by a real `ampbench prepare`, not ended by a MemoryError."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    import io
+
+    buffer = io.BytesIO()  # a 4000x4000 PNG of one colour: 30 KB, 48 MB decoded
+    Image.new("RGB", (4000, 4000), (200, 0, 0)).save(buffer, "PNG")
+    tree = tmp_path / "tree"
+    for split, count in (("train", 40), ("test", 2)):
+        for label in ("a", "b"):
+            folder = tree / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                (folder / f"{i}.png").write_bytes(buffer.getvalue())
+    limit = 1536 * 2**20  # 1.5 GiB of address space: the 80 train images need 3.8 GB
+    script = (
+        "import resource, sys; from ampbench.cli import main; "
+        f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit})); sys.exit(main())"
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", script, "prepare", "--data", str(tree)]
+    command += ["--output-dir", str(out), "--cache-dir", str(tmp_path / "cache")]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("ampbench: error: "), result.stderr
+    assert "memory free here" in lines[-1] and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("image_format", ["EPS", "ICO", "PSD"])
+def test_formats_outside_the_allowlist_are_not_decoded(tmp_path: Path, image_format: str) -> None:
+    """An EPS (which Pillow would hand to Ghostscript) named .png is not opened as EPS."""
+    import io
+
+    from PIL import Image
+
+    if image_format == "PSD":
+        data = (
+            b"8BPS\x00\x01"
+            + b"\x00" * 6
+            + b"\x00\x03"
+            + b"\x00\x00\x00\x08" * 2
+            + b"\x00\x08\x00\x03"
+        )
+    else:
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8)).save(buffer, image_format)
+        data = buffer.getvalue()
+    tree = folder_with(tmp_path, "disguised.png", data)
+    prepare_fails(tmp_path, tree, "train/a/disguised.png: not a readable image")
+
+
+def test_files_of_other_formats_are_skipped_by_extension(tmp_path: Path) -> None:
+    tree = folder_with(tmp_path, "vector.eps", b"%!PS-Adobe-3.0 EPSF-3.0\n")
+    metadata = prepare_dataset(
+        str(tree), tmp_path / "out", options=SourceOptions(cache_dir=tmp_path / "cache")
+    )
+    assert metadata["skipped"]["non_image_files"] == 1
+
+
+def test_a_member_that_comes_twice_is_refused(tmp_path: Path) -> None:
+    archive = tar_with(tmp_path, ("d/train/a/0.png", {"data": make_png()}))
+    prepare_fails(tmp_path, archive, "'d/train/a/0.png' appears twice")
+
+
+def cifar_with_meta(tmp_path: Path, meta: object) -> Path:
+    import pickle
+
+    path = tmp_path / "cifar-10-python.tar.gz"
+    make_cifar_python_tarball(path)
+    rebuilt = tmp_path / "rebuilt.tar.gz"
+    with tarfile.open(path) as original, tarfile.open(rebuilt, "w:gz") as archive:
+        for member in original.getmembers():
+            handle = original.extractfile(member)
+            data = handle.read() if handle else b""
+            if member.name.endswith("batches.meta"):
+                data = pickle.dumps(meta, protocol=2)
+            add_member(archive, member.name, data)
+    return rebuilt
+
+
+@pytest.mark.parametrize(
+    ("meta", "pattern"),
+    [
+        ({b"num_cases_per_batch": 10000}, "batches.meta: has no 'label_names' list"),
+        ({b"label_names": b"airplane"}, "has no 'label_names' list"),
+        ({b"label_names": [b"a", b"b"]}, "holds 2 class names, not 10"),
+        ({b"label_names": [1] * 10}, "something other than class names"),
+        ({b"label_names": [b"a"] * 10}, "names a class twice"),
+        ({b"label_names": [b"\xff"] * 10}, "not UTF-8"),
+        ([b"label_names"], "not a dict"),
+    ],
+)
+def test_malformed_cifar_metadata_is_named(tmp_path: Path, meta: object, pattern: str) -> None:
+    prepare_fails(tmp_path, cifar_with_meta(tmp_path, meta), pattern)
+
+
+@pytest.mark.parametrize(
+    ("batch", "pattern"),
+    [
+        ({b"labels": [0]}, "'data' is not a uint8"),
+        ({b"data": "pixels", b"labels": [0]}, "'data' is not a uint8"),
+        ({b"data": "f4", b"labels": [0]}, "'data' is not a uint8"),
+        ({b"data": (1, 100), b"labels": [0]}, "'data' is not a uint8"),
+        ({b"data": (2, 3072)}, "'labels' is not a list of integer labels"),
+        ({b"data": (2, 3072), b"labels": ["a", "b"]}, "'labels' is not a list of integer"),
+        ({b"data": (2, 3072), b"labels": [0]}, "2 images but 1 'labels'"),
+        ({b"data": (2, 3072), b"labels": [0, 10]}, "'labels' fall outside the 10 classes"),
+        ({b"data": (0, 3072), b"labels": []}, "holds no images"),
+    ],
+)
+def test_malformed_cifar_batches_are_named(tmp_path: Path, batch: dict, pattern: str) -> None:
+    import pickle
+
+    import numpy as np
+
+    data = batch.get(b"data")
+    if isinstance(data, tuple):
+        batch = {**batch, b"data": np.zeros(data, np.uint8)}
+    elif data == "f4":
+        batch = {**batch, b"data": np.zeros((1, 3072), np.float32)}
+    path = tmp_path / "cifar-10-python.tar.gz"
+    make_cifar_python_tarball(path)
+    rebuilt = tmp_path / "rebuilt.tar.gz"
+    with tarfile.open(path) as original, tarfile.open(rebuilt, "w:gz") as archive:
+        for member in original.getmembers():
+            handle = original.extractfile(member)
+            content = handle.read() if handle else b""
+            if member.name.endswith("data_batch_3"):
+                content = pickle.dumps(batch, protocol=4)  # 2 pickles b"" as a call
+            add_member(archive, member.name, content)
+    prepare_fails(tmp_path, rebuilt, "data_batch_3: " + pattern)

@@ -11,25 +11,12 @@ import stat
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from ampbench.components.prepare.limits import Limits, available_memory
 from ampbench.errors import AmpbenchError
 
-DEFAULT_MAX_EXTRACT_BYTES = 8 * 1024**3  # 8 GiB: far above ImageNet-size CIFAR-likes
-DEFAULT_MAX_MEMBERS = 5_000_000
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_bytes: int = DEFAULT_MAX_EXTRACT_BYTES
-    max_members: int = DEFAULT_MAX_MEMBERS
-
-    @classmethod
-    def with_overrides(cls, max_bytes: int = 0, max_members: int = 0) -> Limits:
-        """The default limits, with each non-zero argument in place of its default."""
-        return cls(max_bytes or DEFAULT_MAX_EXTRACT_BYTES, max_members or DEFAULT_MAX_MEMBERS)
 
 
 def is_archive(path: Path) -> bool:
@@ -53,6 +40,8 @@ class _Budget:
         self.limits = limits
         self.members = 0
         self.bytes = 0
+        # Every member read stays in memory until the step ends: what is free now bounds them.
+        self.memory = available_memory()
 
     def count_member(self) -> None:
         self.members += 1
@@ -68,6 +57,11 @@ class _Budget:
             raise AmpbenchError(
                 f"{self.source}: archive expands past {self.limits.max_bytes:,} bytes; refused "
                 "(raise --max-extract-bytes if this is intended)"
+            )
+        if self.memory is not None and self.bytes > self.memory:
+            raise AmpbenchError(
+                f"{self.source}: archive expands past {self.memory:,} bytes, the memory free "
+                "here; refused (prepare it on a larger machine, or pass a smaller data set)"
             )
 
 
@@ -161,6 +155,21 @@ def iter_files(path: Path, limits: Limits) -> Iterator[tuple[str, bytes | None]]
     budget = _Budget(str(path), limits)
     if path.is_dir():
         return _iter_directory(path, budget)
-    if path.name.lower().endswith(".zip"):
-        return _iter_zip(path, budget)
-    return _iter_tar(path, budget)
+    members = (
+        _iter_zip(path, budget) if path.name.lower().endswith(".zip") else _iter_tar(path, budget)
+    )
+    return _unique_files(str(path), members)
+
+
+def _unique_files(
+    source: str, members: Iterator[tuple[str, bytes | None]]
+) -> Iterator[tuple[str, bytes | None]]:
+    """An archive's members, refusing a file name that comes twice: tar and zip allow it
+    (extractors keep the last), but which of the two is the data would be a guess."""
+    seen: set[str] = set()
+    for name, data in members:
+        if data is not None:
+            if name in seen:
+                raise AmpbenchError(f"{source}: archive member '{name}' appears twice; refused")
+            seen.add(name)
+        yield name, data

@@ -66,41 +66,91 @@ def detect(names: set[str]) -> str | None:
     return None
 
 
+def _class_names(name: str, meta: dict[str, Any], key: str, count: int) -> list[str]:
+    """The class names under `key` of a meta file: `count` distinct, non-empty strings."""
+    names = meta.get(key)
+    if not isinstance(names, list | tuple):
+        raise AmpbenchError(f"{name}: has no '{key}' list of class names")
+    if len(names) != count:
+        raise AmpbenchError(f"{name}: '{key}' holds {len(names)} class names, not {count}")
+    decoded = []
+    for value in names:
+        if isinstance(value, bytes):
+            try:
+                value = value.decode()
+            except UnicodeDecodeError:
+                raise AmpbenchError(f"{name}: a class name in '{key}' is not UTF-8") from None
+        if not isinstance(value, str) or not value:
+            raise AmpbenchError(f"{name}: '{key}' holds something other than class names")
+        decoded.append(value)
+    if len(set(decoded)) != len(decoded):
+        raise AmpbenchError(f"{name}: '{key}' names a class twice")
+    return decoded
+
+
+def _labels(name: str, batch: dict[str, Any], key: str, rows: int, classes: int) -> np.ndarray:
+    """A batch's labels: `rows` integers in [0, classes)."""
+    labels = batch.get(key)
+    if isinstance(labels, list | tuple) and all(
+        isinstance(label, int) and not isinstance(label, bool) for label in labels
+    ):
+        labels = np.array(labels, dtype=np.int64) if labels else np.zeros(0, np.int64)
+    if not (isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind in "iu"):
+        raise AmpbenchError(f"{name}: '{key}' is not a list of integer labels")
+    if len(labels) != rows:
+        raise AmpbenchError(f"{name}: {rows} images but {len(labels)} '{key}'")
+    if len(labels) and (labels.min() < 0 or labels.max() >= classes):
+        raise AmpbenchError(f"{name}: '{key}' fall outside the {classes} classes")
+    return labels.astype(np.int64)
+
+
 def _batch_arrays(
-    name: str, batch: dict[str, Any], label_key: str
+    name: str, batch: dict[str, Any], label_key: str, classes: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    data, labels = batch.get("data"), batch.get(label_key)
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2:
+    data = batch.get("data")
+    if not (
+        isinstance(data, np.ndarray)
+        and data.dtype == np.uint8
+        and data.ndim == 2
+        and data.shape[1] == 3 * 32 * 32
+    ):
         raise AmpbenchError(f"{name}: 'data' is not a uint8 [N, 3072] array")
-    if data.shape[1] != 3 * 32 * 32 or labels is None or len(labels) != len(data):
-        raise AmpbenchError(f"{name}: 'data' and '{label_key}' do not match the CIFAR layout")
+    if len(data) == 0:
+        raise AmpbenchError(f"{name}: holds no images")
+    labels = _labels(name, batch, label_key, len(data), classes)
     images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # planar CHW -> HWC
-    return np.ascontiguousarray(images), np.asarray(labels, dtype=np.int64)
+    return np.ascontiguousarray(images), labels
 
 
 def read(
     source: str, files: dict[str, bytes], variant: str
 ) -> tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Classes and {split: (images [N, 32, 32, 3], labels)} from the release's files."""
+    """Classes and {split: (images [N, 32, 32, 3], labels)} from the release's files, every
+    key, type, length and shape checked: a malformed file is refused with its name."""
 
     def member(suffix: str) -> tuple[str, bytes]:
-        for name, data in files.items():
-            if name.endswith(suffix):
-                return name, data
-        raise AmpbenchError(f"{source}: {variant} archive has no '{suffix}'")
+        found = [
+            (name, data)
+            for name, data in files.items()
+            if name == suffix or name.endswith("/" + suffix)
+        ]
+        if not found:
+            raise AmpbenchError(f"{source}: {variant} archive has no '{suffix}'")
+        if len(found) > 1:
+            raise AmpbenchError(f"{source}: {variant} archive has '{suffix}' more than once")
+        return found[0]
 
     if variant == "cifar10":
-        meta = _load(*member(f"{CIFAR10_DIR}/batches.meta"))
-        classes = [c.decode() if isinstance(c, bytes) else str(c) for c in meta["label_names"]]
+        meta_name, meta_data = member(f"{CIFAR10_DIR}/batches.meta")
+        classes = _class_names(meta_name, _load(meta_name, meta_data), "label_names", 10)
         parts = {
             "train": [member(f"{CIFAR10_DIR}/data_batch_{i}") for i in range(1, 6)],
             "test": [member(f"{CIFAR10_DIR}/test_batch")],
         }
         label_key = "labels"
     else:
-        meta = _load(*member(f"{CIFAR100_DIR}/meta"))
-        names = meta["fine_label_names"]
-        classes = [c.decode() if isinstance(c, bytes) else str(c) for c in names]
+        meta_name, meta_data = member(f"{CIFAR100_DIR}/meta")
+        classes = _class_names(meta_name, _load(meta_name, meta_data), "fine_label_names", 100)
         parts = {
             "train": [member(f"{CIFAR100_DIR}/train")],
             "test": [member(f"{CIFAR100_DIR}/test")],
@@ -108,10 +158,11 @@ def read(
         label_key = "fine_labels"
     splits = {}
     for split, members in parts.items():
-        arrays = [_batch_arrays(name, _load(name, data), label_key) for name, data in members]
+        arrays = [
+            _batch_arrays(name, _load(name, data), label_key, len(classes))
+            for name, data in members
+        ]
         images = np.concatenate([images for images, _ in arrays])
         labels = np.concatenate([labels for _, labels in arrays])
-        if labels.min() < 0 or labels.max() >= len(classes):
-            raise AmpbenchError(f"{source}: {split} labels fall outside the {len(classes)} classes")
         splits[split] = (images, labels)
     return classes, splits

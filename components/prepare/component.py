@@ -17,15 +17,18 @@ def prepare(
     skip_bad_images: bool = False,
     max_extract_bytes: int = 0,
     max_members: int = 0,
+    max_image_pixels: int = 0,
+    max_decoded_bytes: int = 0,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
-    max_extract_bytes and max_members: 0 keeps ampbench's limits for archives.
+    max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
+    limits (components/prepare/limits.py).
     """
     from pathlib import Path
 
     from ampbench.components.prepare import SourceOptions, prepare_dataset
-    from ampbench.components.prepare.archive import Limits
+    from ampbench.components.prepare.limits import Limits
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
 
@@ -41,7 +44,9 @@ def prepare(
                 test_fraction=test_fraction,
                 seed=seed,
                 skip_bad_images=skip_bad_images,
-                limits=Limits.with_overrides(max_extract_bytes, max_members),
+                limits=Limits.with_overrides(
+                    max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes
+                ),
             ),
         )
     dataset.metadata.update(

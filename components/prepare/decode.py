@@ -16,17 +16,31 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 try:
     import simplejpeg
 except ImportError:  # a bare machine with the repository only (GPU benchmark): Pillow decodes
     simplejpeg = None
 
+from ampbench.components.prepare.limits import Limits, check_decoded_size
 from ampbench.errors import AmpbenchError
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 CHUNK = 2048
+# The formats image data sets come in, and the only ones decoded: nothing else a Pillow plugin
+# could open (EPS and PS, which Pillow hands to Ghostscript where it is installed; PSD, ICO,
+# PDF, ...). JPEG's opener also reads MPO, the JPEG variant many cameras write.
+ALLOWED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "PPM")
+# Pillow's own bomb check (a warning above 89 Mpixel, an error above 179) is replaced by ours,
+# made from the same header before any pixel is decoded, against --max-image-pixels: with both,
+# that option could not be raised past Pillow's figure.
+Image.MAX_IMAGE_PIXELS = None
+IMAGE_EXTENSIONS = frozenset(
+    extension.lower()
+    for extension, image_format in Image.registered_extensions().items()
+    if image_format in (*ALLOWED_FORMATS, "MPO")
+)
 
 
 @dataclass(frozen=True)
@@ -40,18 +54,38 @@ class BadImage(Exception):
     pass
 
 
-def decode_one(name: str, data: bytes) -> np.ndarray:
-    """One image as uint8 [H, W, 3], or BadImage naming the file."""
+def _check_pixels(name: str, width: int, height: int, max_pixels: int) -> None:
+    """Refuse an image whose header declares more pixels than the budget, before decoding."""
+    if width * height > max_pixels:
+        raise AmpbenchError(
+            f"{name}: its header declares {width}x{height} pixels, more than the "
+            f"{max_pixels:,}-pixel limit; refused (raise --max-image-pixels if it is meant)"
+        )
+
+
+def decode_one(name: str, data: bytes, max_pixels: int) -> np.ndarray:
+    """One image as uint8 [H, W, 3], or BadImage naming the file; an image larger than
+    max_pixels is refused (AmpbenchError) from its header, before any pixel is decoded."""
     if simplejpeg is not None and data.startswith(JPEG_MAGIC):
         try:
-            return simplejpeg.decode_jpeg(data, colorspace="RGB")
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         except ValueError:
             pass  # CMYK, arithmetic coding and other rarities: Pillow knows more of JPEG
+        else:
+            _check_pixels(name, width, height, max_pixels)
+            try:
+                return simplejpeg.decode_jpeg(data, colorspace="RGB")
+            except ValueError:
+                pass
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
+            _check_pixels(name, *image.size, max_pixels)
             return np.asarray(image.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
-        raise BadImage(f"{name}: not a readable image ({error})") from None
+    except AmpbenchError:
+        raise
+    except Exception as error:
+        reason = str(error) or type(error).__name__
+        raise BadImage(f"{name}: not a readable image ({reason})") from None
 
 
 def _refused(source: str, error: BadImage) -> AmpbenchError:
@@ -70,15 +104,21 @@ def decode_images(
     source: str,
     image_size: int | None,
     skip_bad: bool,
+    limits: Limits,
     on_progress: Callable[[int], None] | None = None,
 ) -> Decoded:
-    """Decode files (name, bytes) to RGB; a bad file is an error unless skip_bad."""
+    """Decode files (name, bytes) to RGB; a bad file is an error unless skip_bad.
+
+    Each image's header is checked against the pixel limit before it is decoded, and the
+    output array against the decoded-size limit and free memory before it is allocated.
+    """
+    max_pixels = limits.max_image_pixels
     bad: dict[int, str] = {}
     shape: tuple[int, ...] | None = (image_size, image_size, 3) if image_size else None
     first = 0
     while shape is None and first < len(files):  # the first readable image sets the shape
         try:
-            shape = decode_one(*files[first]).shape
+            shape = decode_one(*files[first], max_pixels).shape
         except BadImage as error:
             if not skip_bad:
                 raise _refused(source, error) from None
@@ -86,6 +126,7 @@ def decode_images(
             first += 1
     if shape is None:
         return Decoded(np.zeros((0, 1, 1, 3), np.uint8), np.arange(0), list(bad.values()))
+    check_decoded_size(source, len(files), shape, limits)
     out = np.empty((len(files), *shape), np.uint8)
 
     def decode_chunk(start: int) -> None:
@@ -94,7 +135,7 @@ def decode_images(
                 continue
             name = files[i][0]
             try:
-                image = decode_one(*files[i])
+                image = decode_one(*files[i], max_pixels)
             except BadImage as error:
                 if not skip_bad:
                     raise _refused(source, error) from None

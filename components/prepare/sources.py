@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from PIL import Image
 
 from ampbench import storage
 from ampbench.components.prepare import cifar_python, synthetic
-from ampbench.components.prepare.archive import Limits, is_archive, iter_files
-from ampbench.components.prepare.decode import decode_images, fit_size
+from ampbench.components.prepare.archive import is_archive, iter_files
+from ampbench.components.prepare.decode import IMAGE_EXTENSIONS, decode_images, fit_size
+from ampbench.components.prepare.limits import Limits, check_decoded_size
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.sampling import stratified_split
@@ -39,7 +39,6 @@ DOWNLOADS = {
         "eb9058c3a382ffc7106e4002c42a8d85",
     ),
 }
-IMAGE_EXTENSIONS = {ext.lower() for ext in Image.registered_extensions()}
 
 
 def default_cache_dir() -> Path:
@@ -69,16 +68,18 @@ class Split(Protocol):
 
 @dataclass
 class ArraySplit:
+    source: str
     images: np.ndarray
     labels: np.ndarray
-    image_size: int | None = None
+    options: SourceOptions
 
     def materialize(
         self, rows: np.ndarray, on_progress: Callable[[int], None]
     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
         images = self.images[rows]
-        size = self.image_size
+        size = self.options.image_size
         if size is not None and images.shape[1:3] != (size, size):
+            check_decoded_size(self.source, len(rows), (size, size, 3), self.options.limits)
             images = np.stack([fit_size(image, size) for image in images])
         on_progress(len(rows))
         return images, rows, []
@@ -99,6 +100,7 @@ class EncodedSplit:
             source=self.source,
             image_size=self.options.image_size,
             skip_bad=self.options.skip_bad_images,
+            limits=self.options.limits,
             on_progress=on_progress,
         )
         return decoded.images, rows[decoded.kept], decoded.bad
@@ -291,7 +293,7 @@ def _from_local(
         files = {name: data for name, data in entries if data is not None}
         classes, arrays = cifar_python.read(source, files, variant)
         splits: dict[str, Split] = {
-            split: ArraySplit(images, labels, options.image_size)
+            split: ArraySplit(source, images, labels, options)
             for split, (images, labels) in arrays.items()
         }
         return SourceData(
@@ -336,7 +338,7 @@ def load(source: str, options: SourceOptions, sha256: str, path: Path | None) ->
     """Read a source whose content (hash and local copy) resolve_sha256 has found."""
     if path is None:  # synthetic
         splits: dict[str, Split] = {
-            split: ArraySplit(images, labels, options.image_size)
+            split: ArraySplit(source, images, labels, options)
             for split, (images, labels) in synthetic.generate().items()
         }
         return SourceData("synthetic", synthetic.VERSION, sha256, list(synthetic.CLASSES), splits)
