@@ -3,12 +3,19 @@ and no output directory that looks complete."""
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import stat
+import struct
+import subprocess
+import sys
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from datagen import (
     add_member,
@@ -17,6 +24,7 @@ from datagen import (
     make_image_folder,
     make_tar,
 )
+from PIL import Image
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset
 from ampbench.components.prepare.limits import Limits
@@ -48,9 +56,6 @@ def tar_with(tmp_path: Path, *members: tuple[str, dict[str, object]]) -> Path:
 
 
 def make_png() -> bytes:
-    import io
-
-    from PIL import Image
 
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, "PNG")
@@ -202,8 +207,6 @@ def test_fifo_in_a_directory_source_is_refused_before_it_is_read(tmp_path: Path)
 
 def png_declaring(width: int, height: int) -> bytes:
     """A valid PNG header (IHDR) declaring width x height, with no pixel data behind it."""
-    import struct
-    import zlib
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         crc = zlib.crc32(kind + body)
@@ -215,10 +218,6 @@ def png_declaring(width: int, height: int) -> bytes:
 
 def jpeg_declaring(width: int, height: int) -> bytes:
     """A real 8x8 JPEG whose frame header (SOF0) is patched to declare width x height."""
-    import io
-    import struct
-
-    from PIL import Image
 
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, "JPEG")
@@ -271,12 +270,6 @@ def test_decoded_size_is_checked_before_the_array_is_allocated(tmp_path: Path) -
 def test_decoded_size_beyond_the_memory_limit_is_refused(tmp_path: Path) -> None:
     """Under an address-space limit (ulimit -v), a data set whose decoded images cannot fit is
     refused in one line by a real `ampbench prepare`, not ended by a MemoryError."""
-    import subprocess
-    import sys
-
-    from PIL import Image
-
-    import io
 
     buffer = io.BytesIO()  # a 4000x4000 PNG of one colour: 30 KB, 48 MB decoded
     Image.new("RGB", (4000, 4000), (200, 0, 0)).save(buffer, "PNG")
@@ -311,9 +304,6 @@ def test_decoded_size_beyond_the_memory_limit_is_refused(tmp_path: Path) -> None
 @pytest.mark.parametrize("image_format", ["EPS", "ICO", "PSD"])
 def test_formats_outside_the_allowlist_are_not_decoded(tmp_path: Path, image_format: str) -> None:
     """An EPS (which Pillow would hand to Ghostscript) named .png is not opened as EPS."""
-    import io
-
-    from PIL import Image
 
     if image_format == "PSD":
         data = (
@@ -345,7 +335,6 @@ def test_a_member_that_comes_twice_is_refused(tmp_path: Path) -> None:
 
 
 def cifar_with_meta(tmp_path: Path, meta: object) -> Path:
-    import pickle
 
     path = tmp_path / "cifar-10-python.tar.gz"
     make_cifar_python_tarball(path)
@@ -391,9 +380,6 @@ def test_malformed_cifar_metadata_is_named(tmp_path: Path, meta: object, pattern
     ],
 )
 def test_malformed_cifar_batches_are_named(tmp_path: Path, batch: dict, pattern: str) -> None:
-    import pickle
-
-    import numpy as np
 
     data = batch.get(b"data")
     if isinstance(data, tuple):
