@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format compile bench gpu-check image services clean
+.PHONY: help run test fuzz lint format compile bench gpu-check image services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ run: $(STAMP) ## Run the experiment through the KFP local runner; options via AR
 
 test: lint services ## Lint, install the services the tests start (Ceph RGW), run pytest
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+fuzz: $(STAMP) ## Fuzz the prepare step far longer than `make test` does (new cases each run)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests/test_prepare_fuzz.py --hypothesis-profile=fuzz --hypothesis-show-statistics $(PYTEST_ARGS)
 
 lint: ## ruff, and the offline Dockerfile and manifest checks
 	@# The two venvs are independent: built side by side, a fresh checkout's setup is ~25 s shorter.

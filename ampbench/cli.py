@@ -119,6 +119,11 @@ def _run(args: argparse.Namespace) -> int:
     from ampbench.pipelines.local import export, run_local, summary_lines
 
     _check_precisions_here((args.baseline_precision, args.precision), args.allow_emulated)
+    if args.subset and args.batch_size > args.subset:
+        raise AmpbenchError(
+            f"--batch-size {args.batch_size}: larger than the at most {args.subset:,} training "
+            f"images that --subset {args.subset} keeps"
+        )
     seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
     arguments = {
         "data": args.data,

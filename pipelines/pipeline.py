@@ -111,7 +111,11 @@ def build_pipeline(
         config_map: str = "ampbench-config",
         s3_secret: str = "ampbench-s3",
     ) -> PipelineOutputs:
-        prepared = prepare_op(data=data, subset=subset).set_display_name("prepare")
+        # The prepare step also checks the training settings against the data: a user's
+        # mistake fails there, once, not in the training tasks (retried on any failure).
+        prepared = prepare_op(
+            data=data, subset=subset, batch_size=batch_size, model_name=model_name
+        ).set_display_name("prepare")
         # Same inputs, same dataset: a cluster may answer prepare from its cache.
         prepared.set_caching_options(True)
         use_cluster_settings(prepared, config_map, s3_secret)

@@ -8,6 +8,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Fuzzing (test_prepare_fuzz.py): "ci", the default, runs a fixed set of cases, so that a CI
+# failure reproduces; `make fuzz` (--hypothesis-profile=fuzz) runs many more, new each time.
+settings.register_profile(
+    "ci",
+    max_examples=int(os.environ.get("AMPBENCH_FUZZ_EXAMPLES", "500")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=5000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+settings.load_profile("ci")
 
 # Real services (Ceph RGW, MLflow servers): fixtures rgw, mlflow_server, mlflow_server_direct.
 pytest_plugins = ["services"]

@@ -242,3 +242,27 @@ def test_ui_refuses_a_remote_store(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:pw@mlflow.example.com")
     line = one_line_error(capsys, ["ui"])
     assert "open that server's own UI" in line and "pw@" not in line
+
+
+def test_batch_larger_than_the_subset_stops_at_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["run", "--subset", "300", "--batch-size", "100000", "--allow-emulated"]
+    line = one_line_error(capsys, [*argv, "--output-dir", str(tmp_path / "o")])
+    assert "--batch-size 100000: larger than the at most 300 training images" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_setting_the_data_rules_out_fails_in_prepare_once_and_trains_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Batch 64 over a 40-image folder: only the prepared data can tell. The prepare step says
+    so, once; no training task starts, so none is retried."""
+    from datagen import make_image_folder
+
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 20, "test": 2})
+    argv = ["run", "--data", str(tmp_path / "tree"), "--batch-size", "64", "--no-tracking"]
+    argv += ["--model", "small-cnn", "--allow-emulated", "--output-dir", str(tmp_path / "o")]
+    line = one_line_error(capsys, argv)
+    assert line.endswith("prepare: --batch-size 64: larger than the 40 training images"), line
+    assert not list((tmp_path / "o").rglob("results")), "a training task ran"

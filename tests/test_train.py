@@ -290,3 +290,21 @@ def test_invalid_settings_are_named(synthetic_dataset: Path) -> None:
         Trainer(TrainConfig(dataset_dir=synthetic_dataset, batch_size=5000, **fp32))
     with pytest.raises(AmpbenchError, match="not a prepared dataset"):
         Trainer(TrainConfig(dataset_dir=synthetic_dataset.parent, **fp32))
+
+
+@pytest.mark.parametrize(
+    ("settings", "pattern"),
+    [
+        ({"batch_size": 41}, "--batch-size 41: larger than the 40 training images"),
+        ({"batch_size": 11, "subset": 10}, "--batch-size 11: larger than the 10 training"),
+        ({"model": "small-cnn"}, "--model small-cnn: needs images of at least 8x8 pixels; these"),
+        ({"model": "vgg"}, "--model: 'vgg' is not one of"),
+    ],
+)
+def test_settings_the_prepared_data_rules_out(settings: dict, pattern: str) -> None:
+    from ampbench.components.train.config import check_against_dataset
+
+    metadata = {"counts": {"train": 40, "test": 8}, "image_shape": [6, 6, 3]}
+    with pytest.raises(AmpbenchError, match=pattern):
+        check_against_dataset(metadata, **settings)
+    check_against_dataset(metadata, batch_size=40, model="resnet18")  # what fits passes

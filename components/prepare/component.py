@@ -19,11 +19,15 @@ def prepare(
     max_members: int = 0,
     max_image_pixels: int = 0,
     max_decoded_bytes: int = 0,
+    batch_size: int = 0,
+    model_name: str = "",
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
     limits (components/prepare/limits.py).
+    batch_size and model_name: the training settings to check against the prepared data (0 and
+    "": none), here, once, rather than in the training tasks, which are retried on failure.
     """
     from pathlib import Path
 
@@ -49,6 +53,10 @@ def prepare(
                 ),
             ),
         )
+        if batch_size or model_name:
+            from ampbench.components.train.config import check_against_dataset
+
+            check_against_dataset(metadata, batch_size=batch_size, model=model_name)
     dataset.metadata.update(
         {
             "classes": metadata["classes"],

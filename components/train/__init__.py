@@ -10,3 +10,5 @@ AMP_PRECISION = "amp"
 # The published experiment's data set, and so what `ampbench run` and the pipeline train on.
 DEFAULT_DATA = "cifar10"
 MODELS = ("resnet18", "resnet18-imagenet", "small-cnn")
+# The smallest images each model takes (small-cnn halves them three times).
+MIN_IMAGE_SIZE = {"resnet18": 1, "resnet18-imagenet": 1, "small-cnn": 8}

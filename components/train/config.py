@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ampbench.components.train import AMP_PRECISION
+from ampbench.components.train import AMP_PRECISION, MIN_IMAGE_SIZE, MODELS
 from ampbench.errors import AmpbenchError
 
 
@@ -73,3 +73,29 @@ class TrainConfig:
         skip |= {"allow_emulated"}
         values = {k: v for k, v in asdict(self).items() if k not in skip}
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
+
+
+def check_against_dataset(
+    metadata: dict[str, Any], *, batch_size: int = 0, model: str = "", subset: int = 0
+) -> None:
+    """Refuse settings that a prepared data set rules out: checked by the prepare step, before
+    any training task starts (those are retried on failure, and a user's mistake must reach
+    the user once, in seconds), and again by the train step for data prepared elsewhere.
+    A setting left at 0 or "" is not checked."""
+    if model and model not in MODELS:
+        raise AmpbenchError(f"--model: '{model}' is not one of {', '.join(MODELS)}")
+    counts = metadata["counts"]
+    if "test" not in counts:
+        raise AmpbenchError("the prepared dataset has no test split to measure on")
+    train_images = min(counts["train"], subset) if subset else counts["train"]
+    if batch_size > train_images:
+        raise AmpbenchError(
+            f"--batch-size {batch_size}: larger than the {train_images:,} training images"
+        )
+    height, width = metadata["image_shape"][:2]
+    if model and min(height, width) < MIN_IMAGE_SIZE[model]:
+        raise AmpbenchError(
+            f"--model {model}: needs images of at least {MIN_IMAGE_SIZE[model]}x"
+            f"{MIN_IMAGE_SIZE[model]} pixels; these are {width}x{height} (prepare with "
+            "--image-size)"
+        )

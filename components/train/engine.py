@@ -36,7 +36,7 @@ from torch import nn
 
 from ampbench import __version__
 from ampbench.components.train import checkpoint
-from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.config import TrainConfig, check_against_dataset
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
 from ampbench.components.train.models import build_model, parameter_count
 from ampbench.components.train.precision import (
@@ -374,10 +374,15 @@ class Trainer:
         self.memory = MemoryMeter(self.device)
         self.memory.start()
         self.metadata = read_metadata(Path(config.dataset_dir))
-        if "test" not in self.metadata["counts"]:
-            raise AmpbenchError(
-                f"{config.dataset_dir}: the prepared dataset has no test split to measure on"
+        try:
+            check_against_dataset(
+                self.metadata,
+                batch_size=config.batch_size,
+                model=config.model,
+                subset=config.subset,
             )
+        except AmpbenchError as error:
+            raise AmpbenchError(f"{config.dataset_dir}: {error}") from None
         mean, std = self.metadata["mean"], self.metadata["std"]
         train_split = _subset(
             read_split(Path(config.dataset_dir), "train"), config.subset, config.seed
@@ -394,11 +399,6 @@ class Trainer:
             if split in self.metadata["counts"]
         }
         self.steps_per_epoch = len(self.train_data) // config.batch_size
-        if self.steps_per_epoch == 0:
-            raise AmpbenchError(
-                f"--batch-size {config.batch_size}: larger than the {len(self.train_data)} "
-                "training images"
-            )
         self.model = build_model(config.model, len(self.metadata["classes"])).to(
             self.device, memory_format=torch.channels_last
         )
