@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from ampbench.errors import AmpbenchError
+from ampbench.image_reference import check_image_reference
+
 
 def whole_number(text: str) -> int:
     try:
@@ -58,3 +61,10 @@ def seed_list(text: str) -> list[int]:
     if not seeds or len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(f"'{text}': give one or more distinct seeds, e.g. 0,1,2")
     return seeds
+
+
+def image_reference(text: str) -> str:
+    try:
+        return check_image_reference(text)
+    except AmpbenchError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--image").strip(": ")) from None

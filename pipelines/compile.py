@@ -8,6 +8,8 @@ from pathlib import Path
 from kfp import compiler
 
 from ampbench import DEFAULT_IMAGE
+from ampbench.argtypes import image_reference
+from ampbench.image_reference import check_image_reference
 from ampbench.pipelines.pipeline import SCHEDULES, build_pipeline
 
 DEFAULT_OUTPUT = Path("ampbench-pipeline.yaml")
@@ -16,6 +18,7 @@ DEFAULT_OUTPUT = Path("ampbench-pipeline.yaml")
 def compile_pipeline(
     output: Path = DEFAULT_OUTPUT, image: str = DEFAULT_IMAGE, schedule: str = "parallel"
 ) -> Path:
+    check_image_reference(image)
     output.parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(build_pipeline(image=image, schedule=schedule), str(output))
     return output
@@ -23,7 +26,12 @@ def compile_pipeline(
 
 def add_build_options(parser: argparse.ArgumentParser) -> None:
     """--image and --schedule, for the commands that compile the pipeline."""
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"component image ({DEFAULT_IMAGE})")
+    parser.add_argument(
+        "--image",
+        type=image_reference,
+        default=DEFAULT_IMAGE,
+        help=f"component image (default {DEFAULT_IMAGE})",
+    )
     parser.add_argument(
         "--schedule",
         choices=SCHEDULES,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,3 +267,40 @@ def test_a_setting_the_data_rules_out_fails_in_prepare_once_and_trains_nothing(
     line = one_line_error(capsys, argv)
     assert line.endswith("prepare: --batch-size 64: larger than the 40 training images"), line
     assert not list((tmp_path / "o").rglob("results")), "a training task ran"
+
+
+@pytest.mark.parametrize("command", ["compile", "submit", "upload"])
+@pytest.mark.parametrize(
+    ("image", "pattern"),
+    [
+        ("", "empty"),
+        ("Bad Image!!", "not a valid image reference"),
+        ("ghcr.io/org/x:a:b", "not a valid image reference"),
+        ("Org/ampbench:1", "must be lower case"),
+        ("ghcr.io/org/x@sha256:short", "not a valid image reference"),
+    ],
+)
+def test_bad_image_references_are_usage_errors(
+    command: str, image: str, pattern: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--image", image])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(f"argument --image: .*{pattern}", err), err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/ampbench/ampbench:0.1.0",
+        "nginx",
+        "localhost:5000/team/ampbench:dev_1.2-rc",
+        "registry.example.com/a/b/c@sha256:" + "0" * 64,
+        "[fd00::1]:5000/ampbench:1",
+    ],
+)
+def test_valid_image_references_compile(image: str, tmp_path: Path) -> None:
+    assert main(["compile", "--image", image, "-o", str(tmp_path / "p.yaml")]) == 0
+    assert image in (tmp_path / "p.yaml").read_text()
