@@ -14,6 +14,7 @@ from kfp.dsl.graph_component import GraphComponent
 from kfp.dsl.pipeline_channel import PipelineParameterChannel
 
 from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
+from ampbench.cluster import CHECKPOINT_URI_ENV
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION, DEFAULT_DATA
@@ -33,6 +34,7 @@ CONFIG_MAP_KEYS = (
     "AWS_DEFAULT_REGION",
     "AWS_REQUEST_CHECKSUM_CALCULATION",
     "AWS_RESPONSE_CHECKSUM_VALIDATION",
+    CHECKPOINT_URI_ENV,
 )
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -108,16 +110,25 @@ def build_pipeline(
         gpu_node_selector: dict = {},  # noqa: B006 - e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         train_cpu: str = "4",
         train_memory: str = "32Gi",
+        prepare_cpu: str = "2",
+        prepare_memory: str = "8Gi",
         config_map: str = "ampbench-config",
         s3_secret: str = "ampbench-s3",
     ) -> PipelineOutputs:
         # The prepare step also checks the training settings against the data: a user's
         # mistake fails there, once, not in the training tasks (retried on any failure).
+        # It checks the tracking configuration too, first: so it must run each time, not be
+        # answered from KFP's cache.
         prepared = prepare_op(
-            data=data, subset=subset, batch_size=batch_size, model_name=model_name
+            data=data,
+            subset=subset,
+            batch_size=batch_size,
+            model_name=model_name,
+            tracking=tracking,
         ).set_display_name("prepare")
-        # Same inputs, same dataset: a cluster may answer prepare from its cache.
-        prepared.set_caching_options(True)
+        prepared.set_caching_options(False)
+        prepared.set_cpu_request(prepare_cpu).set_cpu_limit(prepare_cpu)
+        prepared.set_memory_request(prepare_memory).set_memory_limit(prepare_memory)
         use_cluster_settings(prepared, config_map, s3_secret)
         with dsl.ParallelFor(seeds, parallelism=1 if sequential else 0) as seed:
             arms = {}

@@ -101,11 +101,14 @@ def test_every_parameter_a_task_uses_reaches_its_dag(compiled: list[dict[str, An
     for dag_name, component in dags.items():
         available = set(component.get("inputDefinitions", {}).get("parameters", {}))
         for task_name, task in component["dag"]["tasks"].items():
-            for name, value in task.get("inputs", {}).get("parameters", {}).items():
-                used = set(placeholder.findall(str(value)))
-                if "componentInputParameter" in value:
-                    used.add(value["componentInputParameter"])
-                assert used <= available, (dag_name, task_name, name, used - available)
+            inputs = task.get("inputs", {}).get("parameters", {})
+            for name, value in inputs.items():
+                # A placeholder names one of the task's own inputs; each of those comes from
+                # a parameter the DAG receives.
+                missing = set(placeholder.findall(str(value))) - set(inputs)
+                assert not missing, (dag_name, task_name, name, missing)
+                source = value.get("componentInputParameter")
+                assert source is None or source in available, (dag_name, task_name, source)
 
 
 def test_training_tasks_are_scheduled_on_gpu_nodes(compiled: list[dict[str, Any]]) -> None:
@@ -151,11 +154,32 @@ def test_credentials_come_from_secrets_and_config_maps_only(
     assert "sekrit-value-4242" not in text and "hunter2" not in text
 
 
-def test_caching_on_for_prepare_and_off_for_timed_steps(compiled: list[dict[str, Any]]) -> None:
+def test_no_step_is_answered_from_the_cache(compiled: list[dict[str, Any]]) -> None:
+    """Prepare checks the tracking set-up and the settings before any GPU time is spent: it
+    must run each time; the training and compare steps are measurements."""
     tasks = all_tasks(compiled[0])
-    assert tasks["prepare"]["cachingOptions"] == {"enableCache": True}
-    for name in ("train-fp32", "train-amp", "compare"):
+    for name in ("prepare", "train-fp32", "train-amp", "compare"):
         assert tasks[name]["cachingOptions"].get("enableCache", False) is False
+
+
+def test_prepare_requests_cpu_and_memory_and_checks_the_settings(
+    compiled: list[dict[str, Any]],
+) -> None:
+    spec = compiled[0]
+    task = all_tasks(spec)["prepare"]
+    resources = executor_of(spec, task)["resources"]
+    assert "prepare_cpu" in resources["resourceCpuRequest"] == resources["resourceCpuLimit"]
+    assert "prepare_memory" in resources["resourceMemoryRequest"]
+    assert resources["resourceMemoryRequest"] == resources["resourceMemoryLimit"]
+    defaults = spec["root"]["inputDefinitions"]["parameters"]
+    assert defaults["prepare_memory"]["defaultValue"] == "8Gi"
+    inputs = task["inputs"]["parameters"]
+    for name, parameter in (
+        ("tracking", "tracking"),
+        ("batch_size", "batch_size"),
+        ("model_name", "model_name"),
+    ):
+        assert inputs[name] == {"componentInputParameter": parameter}
 
 
 def test_sequential_schedule_trains_one_arm_after_the_other(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ def prepare(
     max_decoded_bytes: int = 0,
     batch_size: int = 0,
     model_name: str = "",
+    tracking: bool = False,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
@@ -28,9 +29,12 @@ def prepare(
     limits (components/prepare/limits.py).
     batch_size and model_name: the training settings to check against the prepared data (0 and
     "": none), here, once, rather than in the training tasks, which are retried on failure.
+    tracking: the pipeline's tracking setting; in a pod, this first step fails at once when it
+    is on and no tracking server is configured.
     """
     from pathlib import Path
 
+    from ampbench.cluster import check_tracking_server
     from ampbench.components.prepare import SourceOptions, prepare_dataset
     from ampbench.components.prepare.limits import Limits
     from ampbench.errors import reported_as_step
@@ -38,6 +42,8 @@ def prepare(
 
     setup_logging()
     with reported_as_step("prepare"):
+        if tracking:
+            check_tracking_server()
         metadata = prepare_dataset(
             data,
             Path(dataset.path),

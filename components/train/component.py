@@ -60,6 +60,12 @@ def train(
     """
     from pathlib import Path
 
+    from ampbench.cluster import (
+        CHECKPOINT_URI_ENV,
+        check_tracking_server,
+        default_checkpoint_dir,
+        in_pod,
+    )
     from ampbench.components.train.config import TrainConfig
     from ampbench.components.train.step import (
         TrackingOptions,
@@ -68,12 +74,22 @@ def train(
         summary,
     )
     from ampbench.errors import reported_as_step
-    from ampbench.logs import setup_logging
+    from ampbench.logs import log, setup_logging
 
     setup_logging()
     with reported_as_step(f"train-{precision}"):
+        if tracking:
+            check_tracking_server()
         # With a checkpoint directory, a retried task (preempted node) resumes from its
-        # newest checkpoint; the first attempt finds none and starts fresh.
+        # newest checkpoint; the first attempt finds none and starts fresh. In a pod, the
+        # ConfigMap's location is the default.
+        checkpoint_dir = checkpoint_dir or default_checkpoint_dir()
+        if in_pod() and not checkpoint_dir:
+            log.warning(
+                "no checkpoint location (the checkpoint_dir parameter, or %s in the "
+                "ConfigMap): if this task is retried, it trains again from scratch",
+                CHECKPOINT_URI_ENV,
+            )
         run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{precision}-seed{seed}"
         outcome = run_training(
             TrainConfig(

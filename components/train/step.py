@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ampbench.cluster import in_pod
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import example_input
@@ -73,7 +73,7 @@ def requested_resources_in_pod(
 ) -> RequestedResources | None:
     """What a pipeline task asked Kubernetes for, recorded only where Kubernetes ran it (the
     local runner ignores resource requests: recording them would claim what did not happen)."""
-    if "KUBERNETES_SERVICE_HOST" not in os.environ:
+    if not in_pod():
         return None
     return RequestedResources(gpu_type, gpu_count, cpu, memory)
 

@@ -1,0 +1,39 @@
+"""What a pipeline step needs to know when Kubernetes runs it: that it does, and what the
+cluster's ConfigMap (manifests/base/config.yaml) says beyond the endpoints."""
+
+from __future__ import annotations
+
+import os
+
+from ampbench.errors import AmpbenchError
+
+# Set by Kubernetes in every pod; the KFP local runner and a user's shell have it unset.
+POD_ENV = "KUBERNETES_SERVICE_HOST"
+# From the ConfigMap: where training tasks checkpoint when a run names no checkpoint_dir.
+CHECKPOINT_URI_ENV = "AMPBENCH_CHECKPOINT_URI"
+CONFIG_MAP = "ampbench-config"
+
+
+def in_pod() -> bool:
+    return POD_ENV in os.environ
+
+
+def check_tracking_server() -> None:
+    """Inside a pod, refuse tracking without a tracking server: the default sqlite file would
+    live and die with the pod, and the compare step, in another pod, would find no runs after
+    all the GPU time was spent."""
+    if not in_pod():
+        return
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.startswith(("http://", "https://", "databricks")):
+        found = f"it is '{uri}'" if uri else "it is not set"
+        raise AmpbenchError(
+            f"tracking is on, but MLFLOW_TRACKING_URI names no tracking server ({found}; the "
+            f"ConfigMap '{CONFIG_MAP}' is missing or lacks it): runs would be lost with the pod. "
+            "Deploy manifests/ or set the config_map parameter, or run with tracking=False"
+        )
+
+
+def default_checkpoint_dir() -> str:
+    """Inside a pod, the ConfigMap's checkpoint location; elsewhere, none."""
+    return os.environ.get(CHECKPOINT_URI_ENV, "") if in_pod() else ""
