@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -455,10 +457,33 @@ def _ui(args: argparse.Namespace) -> int:
             f"MLFLOW_TRACKING_URI is {without_credentials(uri)}: open that server's own UI instead"
         )
     print(f"MLflow UI on http://127.0.0.1:{args.port} ({uri}); Ctrl-C stops it")
+    # One worker: one person browsing. The server and its worker get a process group of their
+    # own, so that stopping this command (Ctrl-C, SIGTERM, SIGHUP) stops all of them.
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
-    command += ["--host", "127.0.0.1", "--port", str(args.port)]
+    command += ["--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    return subprocess.call(command, env=env)
+    server = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    try:
+        return server.wait()
+    finally:
+        _stop_group(server)
+
+
+def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM to a child's process group, SIGKILL to what is left after grace_s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers that outlived their parent
+    process.wait()
 
 
 def build_parser() -> argparse.ArgumentParser:

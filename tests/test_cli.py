@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -207,20 +208,35 @@ def test_compile_writes_yaml(tmp_path: Path) -> None:
     assert "example/ampbench:1" in (tmp_path / "p.yaml").read_text()
 
 
-def test_ui_serves_the_local_store_on_loopback(tmp_path: Path) -> None:
+def process_group_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in "ZX":
+            members.append(int(stat.parent.name))
+    return members
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_ui_serves_the_local_store_and_takes_its_server_with_it(
+    tmp_path: Path, stop_signal: signal.Signals
+) -> None:
     import socket
-    import time
     import urllib.request
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    server = subprocess.Popen(
+    ui = subprocess.Popen(
         [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
+    server_group = None
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -229,12 +245,24 @@ def test_ui_serves_the_local_store_on_loopback(tmp_path: Path) -> None:
                     assert reply.status == 200
                     break
             except OSError:
-                assert server.poll() is None, server.stdout.read()  # type: ignore[union-attr]
+                assert ui.poll() is None, ui.stdout.read()  # type: ignore[union-attr]
                 assert time.monotonic() < deadline, "the MLflow UI did not answer"
                 time.sleep(0.5)
+        children = Path(f"/proc/{ui.pid}/task/{ui.pid}/children").read_text().split()
+        assert len(children) == 1
+        server_group = int(children[0])
+        assert len(process_group_members(server_group)) == 2, "server and one worker"
+        ui.send_signal(stop_signal)  # to the command alone, as a service manager would
+        ui.wait(timeout=30)
+        assert process_group_members(server_group) == [], "the server outlived the command"
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0
     finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+        for group in (ui.pid, server_group):
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+        ui.wait()
 
 
 def test_ui_refuses_a_remote_store(

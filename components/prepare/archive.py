@@ -65,6 +65,10 @@ class _Budget:
             )
 
 
+def _reason(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
 def _iter_tar(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
     source = str(path)
     try:
@@ -91,8 +95,10 @@ def _iter_tar(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]
                 if handle is None:
                     continue
                 yield name, handle.read()
-    except (tarfile.TarError, EOFError, OSError) as error:
-        raise AmpbenchError(f"{source}: not a readable tar archive ({error})") from None
+    except (AmpbenchError, MemoryError):
+        raise
+    except Exception as error:  # tarfile fed hostile bytes raises more than TarError
+        raise AmpbenchError(f"{source}: not a readable tar archive ({_reason(error)})") from None
 
 
 def _iter_zip(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
@@ -124,10 +130,12 @@ def _iter_zip(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]
                         f"{source}: archive member '{info.filename}' is larger than declared"
                     )
                 yield name, data
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
-        raise AmpbenchError(f"{source}: not a readable zip archive ({error})") from None
+    except (AmpbenchError, MemoryError):
+        raise
     except (RuntimeError, NotImplementedError) as error:  # encrypted, or an unknown method
         raise AmpbenchError(f"{source}: cannot read this zip archive ({error})") from None
+    except Exception as error:  # zipfile fed hostile bytes raises more than BadZipFile
+        raise AmpbenchError(f"{source}: not a readable zip archive ({_reason(error)})") from None
 
 
 def _iter_directory(root: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
