@@ -7,6 +7,7 @@ service's error code, never a credential.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ampbench.errors import AmpbenchError
-from ampbench.logs import Progress
+from ampbench.logs import Progress, log
 
 MULTIPART_CHUNK = 8 * 1024 * 1024
 
@@ -210,32 +211,67 @@ def fetch_tree(uri: str, cache_dir: Path) -> tuple[Path, bool]:
     return target, False
 
 
-def _expected_etag(path: Path) -> str:
-    """The ETag S3 gives an upload made with our transfer config: MD5, or MD5 of part MD5s."""
-    size = path.stat().st_size
+def _expected_sha256(path: Path, composite: bool) -> str:
+    """A SHA-256 checksum as S3 keeps it, base64: of the file, or (composite) of the digests
+    of its parts as our transfer config cuts them."""
     with path.open("rb") as f:
-        if size < MULTIPART_CHUNK:
-            return hashlib.md5(f.read(), usedforsecurity=False).hexdigest()
+        if not composite:
+            return base64.b64encode(hashlib.file_digest(f, "sha256").digest()).decode()
         digests = [
-            hashlib.md5(chunk, usedforsecurity=False).digest()
-            for chunk in iter(lambda: f.read(MULTIPART_CHUNK), b"")
+            hashlib.sha256(chunk).digest() for chunk in iter(lambda: f.read(MULTIPART_CHUNK), b"")
         ]
-    combined = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
-    return f"{combined}-{len(digests)}"
+    return base64.b64encode(hashlib.sha256(b"".join(digests)).digest()).decode()
 
 
-def upload(path: Path, uri: str) -> None:
-    """Upload one file (multipart when large) and verify its size and ETag."""
+# What a store that keeps no additional checksums may answer a request that sends one.
+CHECKSUM_UNSUPPORTED = (
+    "MissingContentLength",
+    "InvalidArgument",
+    "NotImplemented",
+    "InvalidRequest",
+)
+
+
+def _upload_file(path: Path, uri: str, checksum: bool) -> None:
     bucket, key = split_s3(uri)
-    _s3_call(uri, client().upload_file, str(path), bucket, key, Config=_transfer_config())
-    stored = head(uri)
-    if stored["ContentLength"] != path.stat().st_size:
+    extra = {"ChecksumAlgorithm": "SHA256"} if checksum else {}
+    client().upload_file(str(path), bucket, key, ExtraArgs=extra, Config=_transfer_config())
+
+
+def upload(path: Path, uri: str) -> str:
+    """Upload one file (multipart when large) and verify what the store can answer: the SHA-256
+    checksum where it keeps additional checksums (AWS S3, MinIO, Ceph 19+), else the size.
+    Return which ("sha256" or "size"). ETags are not compared: under SSE-KMS, and for multipart
+    uploads on some stores, an ETag is no MD5 of the content."""
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        _upload_file(path, uri, checksum=True)
+    except (ClientError, BotoCoreError, Boto3Error) as error:
+        if not any(f"({code})" in str(error) for code in CHECKSUM_UNSUPPORTED):
+            raise describe_error(uri, error) from None
+        log.debug("%s: the store refused a checksummed upload (%s); sent without", uri, error)
+        _s3_call(uri, _upload_file, path, uri, checksum=False)
+    bucket, key = split_s3(uri)
+    stored = _s3_call(uri, client().head_object, Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    size = path.stat().st_size
+    if stored["ContentLength"] != size:
         raise AmpbenchError(
             f"{uri}: upload verification failed (stored {stored['ContentLength']} bytes, "
-            f"sent {path.stat().st_size})"
+            f"sent {size})"
         )
-    if stored["ETag"].strip('"') != _expected_etag(path):
-        raise AmpbenchError(f"{uri}: upload verification failed (ETag differs from the file)")
+    checksum = stored.get("ChecksumSHA256")
+    if not checksum:
+        return "size"
+    # A multipart upload's checksum is composite (AWS writes "digest-N"; other stores drop
+    # the suffix) or of the full object (stores that support FULL_OBJECT): either must match.
+    expected = {_expected_sha256(path, composite=False)}
+    if size >= MULTIPART_CHUNK:
+        expected.add(_expected_sha256(path, composite=True))
+    if checksum.partition("-")[0] not in expected:
+        raise AmpbenchError(f"{uri}: upload verification failed (SHA-256 differs from the file)")
+    return "sha256"
 
 
 def copy_file(path: Path, target: str) -> str:

@@ -374,3 +374,19 @@ def test_nothing_else_runs_in_this_process_while_steps_are_timed(
     (created,) = runs_at_start
     assert created.data.params["batch_size"] == "50" and created.data.tags["ampbench.seed"]
     assert threads_during_steps <= threads_before, threads_during_steps - threads_before
+
+
+def test_a_checkpoint_that_cannot_be_saved_does_not_end_the_training(
+    synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    def unreachable_store(*args: Any) -> str:
+        raise AmpbenchError("s3://bucket/ckpt: cannot reach the S3 endpoint")
+
+    monkeypatch.setattr(engine.checkpoint, "save", unreachable_store)
+    config = small_config(
+        synthetic_dataset, epochs=1, subset=100, checkpoint_dir=str(tmp_path / "ckpt")
+    )
+    results, _ = train(config)
+    assert results.timing.trained_images == 100
+    warnings = [r.getMessage() for r in caplog.records if "not saved" in r.getMessage()]
+    assert warnings, "the lost checkpoint went unreported"

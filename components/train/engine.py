@@ -459,11 +459,23 @@ class Trainer:
             "loop": asdict(self.state),
             **self.training_state(),
         }
-        location = checkpoint.save(
-            self.config.checkpoint_dir, self.state.global_step, state, self.config.keep_checkpoints
-        )
+        try:
+            location = checkpoint.save(
+                self.config.checkpoint_dir,
+                self.state.global_step,
+                state,
+                self.config.keep_checkpoints,
+            )
+            log.debug("checkpoint %s", location)
+        except AmpbenchError as error:
+            # A checkpoint insures the run; losing one must not end it. A retry would resume
+            # from the one before.
+            log.warning(
+                "checkpoint at step %d not saved (%s); training goes on",
+                self.state.global_step,
+                error,
+            )
         self.state.checkpoint_time_s += time.perf_counter() - started
-        log.debug("checkpoint %s", location)
 
     def restore_checkpoint(self) -> None:
         assert self.config.checkpoint_dir is not None
