@@ -1,5 +1,5 @@
-"""argparse value types shared by the commands: each refuses a bad value with a usage error
-that says what is wrong."""
+"""argparse value types shared by the commands (each refuses a bad value with a usage error
+that says what is wrong), and the help format that shows every option's default."""
 
 from __future__ import annotations
 
@@ -68,3 +68,19 @@ def image_reference(text: str) -> str:
         return check_image_reference(text)
     except AmpbenchError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--image").strip(": ")) from None
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, where it has one to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            "%(default)" in text
+            or "default" in text
+            or action.default in (None, argparse.SUPPRESS)
+            or isinstance(action.default, bool)
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"

@@ -12,7 +12,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ampbench import __version__, storage
-from ampbench.argtypes import non_negative_int, non_negative_number, positive_int, seed_list
+from ampbench.argtypes import (
+    DefaultsHelpFormatter,
+    non_negative_int,
+    non_negative_number,
+    positive_int,
+    seed_list,
+)
 from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
 from ampbench.pipelines.compile import add_build_options
@@ -31,12 +37,21 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
         "--subset",
         type=non_negative_int,
         default=TrainConfig.subset,
-        help="at most N images per split",
+        help="at most N images per split (0: all)",
     )
-    parser.add_argument("--epochs", type=positive_int, default=TrainConfig.epochs)
-    parser.add_argument("--batch-size", type=positive_int, default=TrainConfig.batch_size)
+    parser.add_argument(
+        "--epochs", type=positive_int, default=TrainConfig.epochs, help="training epochs"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=TrainConfig.batch_size,
+        help="images per training step",
+    )
     parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
-    parser.add_argument("--model", choices=MODELS, default=TrainConfig.model)
+    parser.add_argument(
+        "--model", choices=MODELS, default=TrainConfig.model, help="the network to train"
+    )
     parser.add_argument(
         "--allow-emulated",
         action="store_true",
@@ -76,7 +91,12 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
         "runner, track the runs in MLflow, and print the RESULTS block.",
     )
-    parser.add_argument("--data", default=DEFAULT_DATA, help=f"data source ({DEFAULT_DATA})")
+    parser.add_argument(
+        "--data",
+        default=DEFAULT_DATA,
+        help="synthetic, cifar10, cifar100, a path (ImageFolder tree or archive, CIFAR tarball) "
+        "or an s3:// URI",
+    )
     _add_training_options(parser)
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, help="one seed (default 0)")
@@ -162,7 +182,9 @@ def _add_compile(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "compile", help="write the pipeline YAML for Kubeflow", description="Compile the pipeline."
     )
-    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "-o", "--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the YAML"
+    )
     add_build_options(parser)
     parser.set_defaults(handler=_compile)
 
@@ -283,15 +305,27 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--precision", required=True, choices=PRECISIONS)
     parser.add_argument("--output-dir", type=Path, required=True)
     _add_training_options(parser)
-    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
-    parser.add_argument("--label-smoothing", type=float, default=TrainConfig.label_smoothing)
+    parser.add_argument(
+        "--seed", type=int, default=TrainConfig.seed, help="seed of weights, order and subset"
+    )
+    parser.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=TrainConfig.label_smoothing,
+        help="label smoothing of the loss",
+    )
     parser.add_argument(
         "--warmup-fraction",
         type=float,
         default=TrainConfig.warmup_fraction,
         help="share of the steps the learning rate warms up over",
     )
-    parser.add_argument("--eval-batch-size", type=positive_int, default=TrainConfig.eval_batch_size)
+    parser.add_argument(
+        "--eval-batch-size",
+        type=positive_int,
+        default=TrainConfig.eval_batch_size,
+        help="images per evaluation batch",
+    )
     parser.add_argument(
         "--warmup-steps",
         type=non_negative_int,
@@ -309,7 +343,10 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="steps",
     )
     parser.add_argument(
-        "--keep-checkpoints", type=positive_int, default=TrainConfig.keep_checkpoints
+        "--keep-checkpoints",
+        type=positive_int,
+        default=TrainConfig.keep_checkpoints,
+        help="how many of the newest checkpoints to keep",
     )
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument(
@@ -408,7 +445,9 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--parent-run-id", help="the pipeline run's parent run (default: newest)")
-    parser.add_argument("--output-dir", type=Path, default=Path("report"))
+    parser.add_argument(
+        "--output-dir", type=Path, default=Path("report"), help="where to write the report"
+    )
     parser.add_argument(
         "--allow-mismatch",
         action="store_true",
@@ -444,7 +483,7 @@ def _add_ui(commands: argparse._SubParsersAction) -> None:
         help="browse the runs in the MLflow UI",
         description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
     )
-    parser.add_argument("--port", type=positive_int, default=5000)
+    parser.add_argument("--port", type=positive_int, default=5000, help="port on 127.0.0.1")
     parser.set_defaults(handler=_ui)
 
 
@@ -506,6 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_ui,
     ):
         add(commands)
+    for command in commands.choices.values():
+        command.formatter_class = DefaultsHelpFormatter
     return parser
 
 

@@ -6,13 +6,17 @@ another, so that the arms never share the CPU or GPU while they are timed.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import shutil
+import sys
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ampbench import storage
 from ampbench.components.compare.report import render_text
@@ -26,6 +30,43 @@ from ampbench.results import Comparison, read_arm_results, read_comparison
 from ampbench.tracking import safe_tracking_uri, tracking_uri
 
 MODELS_DIR = "models"
+RUN_LOG = "run.log"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# What reaches the terminal of everything the local runner prints: the steps' own log lines
+# (progress, epochs, warnings, one-line errors) and the runner's task starts and ends. The
+# rest (executor_input JSON, artifact reprs, the executor's own chatter) goes to run.log only.
+_SHOWN = re.compile(
+    r"^\s*(\d\d:\d\d:\d\d (INFO|WARNING|ERROR) |ERROR: )"
+    r"|^\d\d:\d\d:\d\d\.\d+ - \w+ - (Executing task|Task .* finished with status|Pipeline )"
+)
+
+
+class _RunnerOutput(io.TextIOBase):
+    """Stands in for sys.stdout while the local runner runs: every line into the run's log
+    file, the lines a person needs onto the terminal."""
+
+    def __init__(self, log_file: TextIO, terminal: TextIO) -> None:
+        self.log_file = log_file
+        self.terminal = terminal
+        self.pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.log_file.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            plain = _ANSI.sub("", line)
+            if _SHOWN.match(plain):
+                self.terminal.write(plain.strip() + "\n")
+        self.terminal.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.log_file.flush()
+        self.terminal.flush()
 
 
 @dataclass(frozen=True)
@@ -34,6 +75,7 @@ class LocalRun:
     comparison: Comparison
     outputs: CompareOutputs
     pipeline_root: Path
+    run_log: Path
 
 
 def default_output_dir() -> Path:
@@ -68,8 +110,13 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
         raise_on_error=True,
     )
     pipeline = build_pipeline(schedule="sequential")
-    log.info("run: pipeline outputs under %s", pipeline_root)
-    with warnings.catch_warnings():
+    run_log = output_dir / RUN_LOG
+    log.info("run: pipeline outputs under %s; the steps' full logs in %s", pipeline_root, run_log)
+    with (
+        run_log.open("w", encoding="utf-8") as log_file,
+        contextlib.redirect_stdout(_RunnerOutput(log_file, sys.stdout)),
+        warnings.catch_warnings(),
+    ):
         # The local runner warns that it ignores GPU requests and runs our image's code in
         # this Python rather than in the image: both are what a local run means.
         warnings.filterwarnings("ignore", message=".*custom or non-Python base image")
@@ -81,7 +128,7 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
             if messages:
                 raise AmpbenchError(messages[-1]) from None
             raise AmpbenchError(
-                f"the pipeline failed ({error}); the step's log above says why"
+                f"the pipeline failed ({error}); the step's full log is in {run_log}"
             ) from None
     outputs = CompareOutputs.in_directory(output_dir)
     shutil.copyfile(task.outputs["comparison"].path, outputs.comparison)
@@ -90,7 +137,7 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
     shutil.copytree(task.outputs["plots"].path, outputs.plots)
     comparison = read_comparison(outputs.comparison)
     collect_models(pipeline_root, output_dir / MODELS_DIR)
-    return LocalRun(output_dir, comparison, outputs, pipeline_root)
+    return LocalRun(output_dir, comparison, outputs, pipeline_root, run_log)
 
 
 def collect_models(pipeline_root: Path, directory: Path) -> list[Path]:
@@ -128,6 +175,7 @@ def summary_lines(run: LocalRun) -> list[str]:
     lines.append(f"report  : {run.outputs.report} (and {run.outputs.html.name}, plots/)")
     lines.append(f"models  : {run.output_dir / MODELS_DIR}")
     lines.append(f"pipeline outputs: {run.pipeline_root}")
+    lines.append(f"full logs: {run.run_log}")
     mlflow_info = run.comparison.mlflow
     if mlflow_info:
         lines.append(

@@ -182,14 +182,11 @@ def submit_run(
     wait: bool,
     timeout: float | None,
     poll_interval: float = DEFAULT_POLL_INTERVAL_S,
-    enable_caching: bool | None = None,
 ) -> RunInfo:
     """Create a run of `pipeline_file` in `experiment` (created if missing); optionally wait.
 
     experiment: None takes $KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, else "ampbench".
     Waiting ends in SUCCEEDED, or raises AmpbenchError for any other end state or `timeout`.
-    enable_caching: None keeps each task's own setting (prepare cached, training not);
-    False runs every task afresh.
     """
     experiment = experiment or os.environ.get(KF_PIPELINES_DEFAULT_EXPERIMENT_NAME)
     multi_user = getattr(client, "ampbench_multi_user", False)
@@ -206,7 +203,6 @@ def submit_run(
             run_name=run_name,
             experiment_name=experiment or DEFAULT_EXPERIMENT,
             namespace=namespace,
-            enable_caching=enable_caching,
         )
     if not result.run_id:
         raise AmpbenchError(_not_the_api(client, "the new run has no id"))
@@ -600,12 +596,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--wait", action="store_true", help="wait for the run; fail unless it succeeds"
     )
     run.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="run every task afresh: KFP caches prepare by its inputs, and does not notice "
-        "that an s3:// object or a path now holds other data",
-    )
-    run.add_argument(
         "--timeout", type=positive_number, metavar="S", help="with --wait: give up after S s"
     )
     run.add_argument(
@@ -613,7 +603,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=positive_number,
         default=DEFAULT_POLL_INTERVAL_S,
         metavar="S",
-        help=f"with --wait: seconds between polls (default {DEFAULT_POLL_INTERVAL_S:g})",
+        help="with --wait: seconds between polls",
     )
     add_build_options(submit)
     parameters = pipeline_parameters()
@@ -629,7 +619,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     _add_connection_options(upload)
     from ampbench.pipelines.pipeline import PIPELINE_NAME
 
-    upload.add_argument("--name", default=PIPELINE_NAME, help=f"pipeline name ({PIPELINE_NAME})")
+    upload.add_argument("--name", default=PIPELINE_NAME, help="pipeline name")
     upload.add_argument(
         "--version",
         dest="version_name",
@@ -666,7 +656,6 @@ def _submit(args: argparse.Namespace) -> int:
             wait=args.wait,
             timeout=args.timeout,
             poll_interval=args.poll_interval,
-            enable_caching=False if args.no_cache else None,
         )
     if run.state is None:
         print(f"submitted run '{run.run_name}' ({run.run_id}): {run.url}")

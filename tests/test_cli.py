@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.cli import main
+from ampbench.cli import build_parser, main
 from ampbench.components.prepare import sources as sources_module
 from ampbench.components.train import precision as precision_module
 from ampbench.results import read_arm_results
@@ -332,3 +333,22 @@ def test_bad_image_references_are_usage_errors(
 def test_valid_image_references_compile(image: str, tmp_path: Path) -> None:
     assert main(["compile", "--image", image, "-o", str(tmp_path / "p.yaml")]) == 0
     assert image in (tmp_path / "p.yaml").read_text()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_every_default(command: str) -> None:
+    parser = build_parser()
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    subparser = commands.choices[command]
+    text = "".join(subparser.format_help().split())  # argparse wraps lines, even at hyphens
+    for action in subparser._actions:
+        if not action.option_strings or action.default in (None, argparse.SUPPRESS):
+            continue
+        if isinstance(action.default, bool):
+            continue
+        assert action.help, f"{command} {action.option_strings[0]} has no help"
+        default = action.default
+        shown = ",".join(map(str, default)) if isinstance(default, list) else str(default)
+        assert "default:" + "".join(shown.split()) in text or "default" in action.help, (
+            f"{command} {action.option_strings[0]}: default {default!r} not shown"
+        )

@@ -153,23 +153,6 @@ def test_submit_sends_only_the_parameters_given(
     assert [e["display_name"] for e in standin.experiments.values()] == ["ampbench"]
 
 
-def test_no_cache_turns_caching_off_for_every_task(
-    capsys: pytest.CaptureFixture[str], standin: KfpStandIn
-) -> None:
-    def caching(body: dict) -> list[bool]:
-        spec = body["pipeline_spec"].get("pipeline_spec", body["pipeline_spec"])
-        dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
-        tasks = [task for dag in dags for task in dag["tasks"].values()]
-        return [task.get("cachingOptions", {}).get("enableCache", False) for task in tasks]
-
-    code, _, err = cli(capsys, "submit", "--host", standin.url)
-    assert code == 0, err
-    assert any(caching(standin.matching("POST", RUNS)[-1].json()))  # prepare is cached
-    code, _, err = cli(capsys, "submit", "--host", standin.url, "--no-cache")
-    assert code == 0, err
-    assert not any(caching(standin.matching("POST", RUNS)[-1].json()))
-
-
 def test_submit_offers_every_pipeline_parameter(tmp_path: Path) -> None:
     """New pipeline parameters become options by themselves: compare with the compiled spec."""
     spec = expected_spec(tmp_path, "image:1", "parallel")
