@@ -16,6 +16,11 @@ ERROR_FILE_ENV = "AMPBENCH_ERROR_FILE"
 class AmpbenchError(Exception):
     """Bad input or an unusable environment, explained in one line that names what is wrong."""
 
+    def __init__(self, message: str) -> None:
+        # One line, whatever a file name or a member name brought into it: control
+        # characters (a newline in a zip member's name) are shown escaped.
+        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
+
 
 def record_step_error(step: str, message: str) -> None:
     """Leave a step's one-line error where the launching command can find it."""

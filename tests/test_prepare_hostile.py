@@ -397,3 +397,13 @@ def test_malformed_cifar_batches_are_named(tmp_path: Path, batch: dict, pattern:
                 content = pickle.dumps(batch, protocol=4)  # 2 pickles b"" as a call
             add_member(archive, member.name, content)
     prepare_fails(tmp_path, rebuilt, "data_batch_3: " + pattern)
+
+
+def test_a_member_name_with_a_newline_is_named_on_one_line(tmp_path: Path) -> None:
+    """Found by the fuzz tests: a zip member named "\\n", twice."""
+    archive = tmp_path / "names.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name in ("d/train/a/0.png", "d/train/b/0.png", "line\nbreak", "line\nbreak"):
+            zf.writestr(zipfile.ZipInfo(name), make_png())
+    message = prepare_fails(tmp_path, archive, "appears twice")
+    assert "'line\\nbreak' appears twice" in message  # the newline shown as \n
