@@ -30,6 +30,9 @@ PIPELINE_RUN_TAG = "ampbench.pipeline_run_id"
 BASELINE_TAG = "ampbench.baseline"  # on a parent run: which arm the others are compared with
 PRECISION_TAG = "ampbench.precision"  # on an arm run: the precision asked for, its arm's name
 RESULTS_ARTIFACT = "results.json"
+# The experiment tag the MLflow 3 UI reads to choose between its model-training and GenAI views.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 FINAL_FLUSH_ATTEMPTS = 5
@@ -50,16 +53,19 @@ def _client() -> Any:
 
 
 def experiment_id(client: Any, name: str) -> str:
+    """The experiment's id, created if missing, and marked as model training where it has no
+    kind yet: MLflow 3 otherwise opens it in its GenAI view (traces, judges), not on runs."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except Exception:  # another task created it a moment ago
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+    if experiment is None:
+        try:
+            return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+        except Exception:  # another task created it a moment ago
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if EXPERIMENT_KIND_TAG not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    return experiment.experiment_id
 
 
 def flatten_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -264,14 +270,23 @@ def mlflow_errors(what: str) -> Iterator[None]:
 
 
 def open_parent_run(
-    experiment: str, run_name: str, tags: Mapping[str, str], children: list[str]
+    experiment: str,
+    run_name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, Any],
+    children: list[str],
 ) -> str:
-    """Create the pipeline run's parent run and nest the arms' runs under it."""
+    """Create the pipeline run's parent run, with its params, and nest the arms' runs under it."""
+    from mlflow.entities import Param
+
     with mlflow_errors("creating the pipeline's parent run"):
         client = _client()
         run = client.create_run(
             experiment_id(client, experiment), run_name=run_name, tags=dict(tags)
         )
+        flat = [Param(key, value) for key, value in flatten_params(params).items()]
+        for start in range(0, len(flat), MAX_PARAMS_PER_BATCH):
+            client.log_batch(run.info.run_id, params=flat[start : start + MAX_PARAMS_PER_BATCH])
         for child in children:
             client.set_tag(child, PARENT_TAG, run.info.run_id)
         return run.info.run_id

@@ -98,6 +98,8 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
     client = MlflowClient(local_run["uri"])
     experiment = client.get_experiment_by_name("ampbench")
     assert experiment is not None
+    # Opens on runs in the MLflow 3 UI, not on traces.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
@@ -112,7 +114,12 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         assert [m.step for m in history] == [1]
         assert child.data.metrics["train_time_s"] > 0
         assert child.data.params["precision.emulated"] in ("True", "False")
+        # The images actually used: the prepare step took the subset, so `subset` is 0 here.
+        assert child.data.params["train_images"] == child.data.params["test_images"] == "256"
+        assert child.data.params["precision.autocast_dtype"] in ("none", "bfloat16")
         assert child.info.status == "FINISHED"
     assert parent.data.metrics["speedup"] > 0 and parent.data.metrics["end_to_end_ratio"] > 0
+    assert parent.data.params["baseline"] == "fp32" and parent.data.params["arms"] == "fp32,amp"
+    assert parent.data.params["model"] == "small-cnn" and parent.data.params["seeds"] == "0"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"results.json", "report.md", "report.html", "plots"} <= artifacts

@@ -96,10 +96,17 @@ def run_comparison(
         if parent_run.pipeline_run_id:
             tags[PIPELINE_RUN_TAG] = parent_run.pipeline_run_id
             tags["kfp.run_id"] = parent_run.pipeline_run_id
+        # What the pipeline run compared, and how: MLflow names params without spaces.
+        params = {
+            "baseline": baseline,
+            "arms": ",".join(comparison.arms),
+            **{key.replace(" ", "_"): value for key, value in comparison.settings.items()},
+        }
         run_id = open_parent_run(
             parent_run.experiment,
             parent_run.run_name or f"{PIPELINE_NAME}-{parent_run.pipeline_run_id or 'run'}",
             tags,
+            params,
             children,
         )
         comparison = dataclasses.replace(

@@ -114,6 +114,10 @@ def run_training(
             **{f"precision.{k}": v for k, v in dataclasses.asdict(precision.record()).items()},
             "dataset_source": trainer.metadata["source"]["spec"],
             "dataset_sha256": trainer.metadata["source"]["sha256"],
+            # What was trained and tested on, whichever step took the subset (`subset` is 0
+            # when the prepare step did).
+            "train_images": len(trainer.train_data),
+            **{f"{split}_images": len(data) for split, data in trainer.eval_data.items()},
             "device": device.type,
         }
         arm_run = ArmRun(
