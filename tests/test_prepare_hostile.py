@@ -407,3 +407,32 @@ def test_a_member_name_with_a_newline_is_named_on_one_line(tmp_path: Path) -> No
             zf.writestr(zipfile.ZipInfo(name), make_png())
     message = prepare_fails(tmp_path, archive, "appears twice")
     assert "'line\\nbreak' appears twice" in message  # the newline shown as \n
+
+
+def test_an_unreadable_file_in_a_tree_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a file without read permission fails for a user (these tests may run as root,
+    who reads anything, so the refusal is made by the file system call itself)."""
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    locked = tmp_path / "tree" / "train" / "a" / "0000.png"
+    read_bytes = Path.read_bytes
+
+    def refuse_locked(path: Path) -> bytes:
+        if path == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse_locked)
+    prepare_fails(tmp_path, tmp_path / "tree", "0000.png: cannot be read .Permission denied")
+
+
+def test_a_pipe_named_like_an_archive_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "data.tar")  # opening it would wait for a writer forever
+    prepare_fails(tmp_path, tmp_path / "data.tar", "not a regular file or a directory")
+
+
+def test_an_output_directory_that_cannot_be_made_is_named(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file, not a folder")
+    with pytest.raises(AmpbenchError, match=r"--output-dir .*file/out: cannot write there"):
+        prepare_dataset("synthetic", tmp_path / "file" / "out", subset=10)

@@ -12,6 +12,7 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from ampbench.components.prepare.limits import Limits, available_memory
 from ampbench.errors import AmpbenchError
@@ -138,8 +139,13 @@ def _iter_zip(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]
         raise AmpbenchError(f"{source}: not a readable zip archive ({_reason(error)})") from None
 
 
+def _unreadable(error: OSError) -> NoReturn:
+    raise AmpbenchError(f"{error.filename}: cannot be read ({error.strerror or error})")
+
+
 def _iter_directory(root: Path, budget: _Budget) -> Iterator[tuple[str, bytes | None]]:
-    for directory, dirnames, filenames in os.walk(root):
+    # A folder that cannot be listed is an error, not a silent gap in the data set.
+    for directory, dirnames, filenames in os.walk(root, onerror=_unreadable):
         dirnames.sort()
         for dirname in dirnames:
             if (Path(directory) / dirname).is_symlink():
@@ -151,8 +157,12 @@ def _iter_directory(root: Path, budget: _Budget) -> Iterator[tuple[str, bytes | 
                 # A link inside a user's own tree may point anywhere; a dataset has no need of one.
                 raise AmpbenchError(f"{path}: links and special files are not read; refused")
             budget.count_member()
-            budget.add_bytes(path.stat().st_size)
-            yield path.relative_to(root).as_posix(), path.read_bytes()
+            try:
+                budget.add_bytes(path.stat().st_size)
+                data = path.read_bytes()
+            except OSError as error:
+                _unreadable(error)
+            yield path.relative_to(root).as_posix(), data
 
 
 def iter_files(path: Path, limits: Limits) -> Iterator[tuple[str, bytes | None]]:

@@ -134,8 +134,13 @@ def prepare_dataset(
     }
     key = _cache_key(sha256, settings)
     cached = options.cache_dir / "prepared" / key
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    try:
+        output_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    except OSError as error:
+        raise AmpbenchError(
+            f"--output-dir {output_dir}: cannot write there ({error.strerror or error})"
+        ) from None
     try:
         hit = _cached_metadata(cached) if use_cache else None
         if hit is not None:
@@ -145,7 +150,18 @@ def prepare_dataset(
             metadata = hit
             log.info("prepare: cache hit for %s (key %s), nothing decoded", source, key)
         else:
-            metadata = _build(source, staging, sha256, local, subset, val_fraction, options)
+            try:
+                metadata = _build(source, staging, sha256, local, subset, val_fraction, options)
+            except OSError as error:  # a full disk, a file that vanished while read
+                where = error.filename or output_dir
+                raise AmpbenchError(f"{where}: {error.strerror or error}") from None
+            except MemoryError:
+                # The checks before each large allocation cannot see everything (a decoder's
+                # own buffers); whatever runs out, the user gets one line, not a traceback.
+                raise AmpbenchError(
+                    f"{source}: ran out of memory while preparing it; pass --subset or "
+                    "--image-size, or give the step more memory"
+                ) from None
             metadata["cache_key"] = key
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
             if use_cache:

@@ -155,8 +155,13 @@ def decode_images(
 
     # simplejpeg and Pillow release the GIL while they decode: a thread per core helps.
     workers = max(1, min(os.cpu_count() or 1, len(files) // CHUNK + 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(decode_chunk, range(0, len(files), CHUNK)))
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(decode_chunk, range(0, len(files), CHUNK)))
+    except RuntimeError as error:  # "can't start new thread": no memory left for its stack
+        if "thread" not in str(error):
+            raise
+        raise MemoryError(str(error)) from None
     if not bad:
         return Decoded(out, np.arange(len(files)), [])
     kept = np.array([i for i in range(len(files)) if i not in bad])

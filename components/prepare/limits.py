@@ -100,14 +100,16 @@ def _meminfo_available() -> int | None:
 def available_memory() -> int | None:
     """Bytes this process can still allocate: the tightest of the machine's free memory, its
     cgroup's limit and its address-space limit; None where none of them can be read."""
-    known = [
-        value
-        for value in (_meminfo_available(), _cgroup_headroom(), _address_space_headroom())
+    # Pages: what the rest of the process needs is kept back. Address space: none is, since
+    # what is mapped already (thread stacks, malloc arenas) is mostly reserved, not used.
+    physical = [
+        value - MEMORY_RESERVE_BYTES
+        for value in (_meminfo_available(), _cgroup_headroom())
         if value is not None
     ]
-    if not known:
-        return None
-    return max(0, min(known) - MEMORY_RESERVE_BYTES)
+    address_space = _address_space_headroom()
+    known = physical + ([address_space] if address_space is not None else [])
+    return max(0, min(known)) if known else None
 
 
 def _size(count: int) -> str:

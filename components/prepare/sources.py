@@ -117,11 +117,11 @@ class SourceData:
 
 
 def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    try:
+        with path.open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError as error:
+        raise AmpbenchError(f"{path}: cannot be read ({error.strerror or error})") from None
 
 
 def _sha256_tree(path: Path, limits: Limits) -> str:
@@ -329,6 +329,8 @@ def local_path(source: str, options: SourceOptions) -> Path:
             f"{source}: no such file or directory (expected 'synthetic', 'cifar10', 'cifar100', "
             "an s3:// URI, or a path to an ImageFolder tree, archive or CIFAR tarball)"
         )
+    if not path.is_dir() and not path.is_file():
+        raise AmpbenchError(f"{source}: not a regular file or a directory (a pipe or device?)")
     if not path.is_dir() and not is_archive(path):
         raise AmpbenchError(f"{source}: not a directory or a .tar, .tar.gz, .tgz or .zip archive")
     return path
