@@ -137,15 +137,17 @@ def _check_precisions_here(precisions: Sequence[str], allow_emulated: bool) -> N
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ampbench.components.train.config import TrainConfig
+    from ampbench.components.train.config import TrainConfig, check_pipeline_settings
     from ampbench.pipelines.local import export, run_local, summary_lines
 
+    check_pipeline_settings(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        model=args.model,
+        subset=args.subset,
+    )
     _check_precisions_here((args.baseline_precision, args.precision), args.allow_emulated)
-    if args.subset and args.batch_size > args.subset:
-        raise AmpbenchError(
-            f"--batch-size {args.batch_size}: larger than the at most {args.subset:,} training "
-            f"images that --subset {args.subset} keeps"
-        )
     seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
     arguments = {
         "data": args.data,

@@ -124,6 +124,8 @@ def build_pipeline(
             subset=subset,
             batch_size=batch_size,
             model_name=model_name,
+            epochs=epochs,
+            lr=lr,
             tracking=tracking,
         ).set_display_name("prepare")
         prepared.set_caching_options(False)

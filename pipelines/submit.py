@@ -633,6 +633,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from ampbench.components.train.config import check_pipeline_settings
     from ampbench.pipelines.compile import compile_pipeline
 
     if args.timeout is not None and not args.wait:
@@ -642,6 +643,15 @@ def _submit(args: argparse.Namespace) -> int:
         for parameter in args.pipeline_parameters
         if hasattr(args, parameter.dest)
     }
+    defaults = {parameter.name: parameter.default for parameter in args.pipeline_parameters}
+    settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
+    check_pipeline_settings(
+        epochs=settings["epochs"],
+        batch_size=settings["batch_size"],
+        lr=settings["lr"],
+        model=settings["model_name"],
+        subset=settings["subset"],
+    )
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
     with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 # failure reproduces; `make fuzz` (--hypothesis-profile=fuzz) runs many more, new each time.
 settings.register_profile(
     "ci",
-    max_examples=int(os.environ.get("AMPBENCH_FUZZ_EXAMPLES", "500")),
+    max_examples=int(os.environ.get("AMPBENCH_FUZZ_EXAMPLES", "350")),
     deadline=None,
     derandomize=True,
     database=None,

@@ -352,3 +352,20 @@ def test_help_shows_every_default(command: str) -> None:
         assert "default:" + "".join(shown.split()) in text or "default" in action.help, (
             f"{command} {action.option_strings[0]}: default {default!r} not shown"
         )
+
+
+@pytest.mark.parametrize(
+    ("option", "pattern"),
+    [
+        (["--lr", "-1"], "--lr: must be positive, not -1.0"),
+        (["--subset", "300", "--batch-size", "100000"], "larger than the at most 300 training"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "submit"])
+def test_training_settings_are_checked_before_anything_runs(
+    command: str, option: list[str], pattern: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistake that a training task would find is refused before the pipeline starts (no
+    KFP server is named: the command must stop before it would need one)."""
+    line = one_line_error(capsys, [command, *option])
+    assert pattern in line

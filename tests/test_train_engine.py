@@ -65,7 +65,7 @@ def ampbench_train(dataset: Path, out: Path, *extra: str) -> subprocess.Popen[st
     command = [
         sys.executable, "-m", "ampbench.cli", "train", "--dataset", str(dataset),
         "--precision", "fp32", "--model", "small-cnn", "--epochs", "2", "--batch-size", "20",
-        "--deterministic", "--no-tracking", "--output-dir", str(out), *extra,
+        "--subset", "400", "--deterministic", "--no-tracking", "--output-dir", str(out), *extra,
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

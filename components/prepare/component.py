@@ -21,14 +21,17 @@ def prepare(
     max_decoded_bytes: int = 0,
     batch_size: int = 0,
     model_name: str = "",
+    epochs: int = 0,
+    lr: float = 0.0,
     tracking: bool = False,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
     limits (components/prepare/limits.py).
-    batch_size and model_name: the training settings to check against the prepared data (0 and
-    "": none), here, once, rather than in the training tasks, which are retried on failure.
+    batch_size, model_name, epochs, lr: the pipeline's training settings, checked here, once,
+    and against the prepared data, rather than in the training tasks, which are retried on
+    failure (batch_size 0: not checked).
     tracking: the pipeline's tracking setting; in a pod, this first step fails at once when it
     is on and no tracking server is configured.
     """
@@ -37,6 +40,7 @@ def prepare(
     from ampbench.cluster import check_tracking_server
     from ampbench.components.prepare import SourceOptions, prepare_dataset
     from ampbench.components.prepare.limits import Limits
+    from ampbench.components.train.config import check_against_dataset, check_pipeline_settings
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
 
@@ -44,6 +48,8 @@ def prepare(
     with reported_as_step("prepare"):
         if tracking:
             check_tracking_server()
+        if batch_size:
+            check_pipeline_settings(epochs=epochs, batch_size=batch_size, lr=lr, model=model_name)
         metadata = prepare_dataset(
             data,
             Path(dataset.path),
@@ -59,9 +65,7 @@ def prepare(
                 ),
             ),
         )
-        if batch_size or model_name:
-            from ampbench.components.train.config import check_against_dataset
-
+        if batch_size:
             check_against_dataset(metadata, batch_size=batch_size, model=model_name)
     dataset.metadata.update(
         {

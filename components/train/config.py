@@ -75,6 +75,22 @@ class TrainConfig:
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
 
 
+def check_pipeline_settings(
+    *, epochs: int, batch_size: int, lr: float, model: str, subset: int = 0
+) -> None:
+    """The training settings of a pipeline run, checked before it starts (by `ampbench run`,
+    `ampbench submit` and the prepare step), with TrainConfig's own rules: a training task
+    that found them wrong would be retried, and the user would hear of the mistake late."""
+    TrainConfig(Path(), epochs=epochs, batch_size=batch_size, lr=lr, model=model).validate()
+    if model not in MODELS:
+        raise AmpbenchError(f"--model: '{model}' is not one of {', '.join(MODELS)}")
+    if subset and batch_size > subset:
+        raise AmpbenchError(
+            f"--batch-size {batch_size}: larger than the at most {subset:,} training images "
+            f"that --subset {subset} keeps"
+        )
+
+
 def check_against_dataset(
     metadata: dict[str, Any], *, batch_size: int = 0, model: str = "", subset: int = 0
 ) -> None:
