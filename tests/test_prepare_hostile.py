@@ -56,7 +56,6 @@ def tar_with(tmp_path: Path, *members: tuple[str, dict[str, object]]) -> Path:
 
 
 def make_png() -> bytes:
-
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, "PNG")
     return buffer.getvalue()
@@ -334,18 +333,19 @@ def test_a_member_that_comes_twice_is_refused(tmp_path: Path) -> None:
     prepare_fails(tmp_path, archive, "'d/train/a/0.png' appears twice")
 
 
-def cifar_with_meta(tmp_path: Path, meta: object) -> Path:
-
+def cifar_with(tmp_path: Path, member: str, value: object) -> Path:
+    """A CIFAR-10 python tarball whose `member` holds `value`, pickled (protocol 4: protocol
+    2 pickles b"" as a call, which the restricted unpickler refuses before any check)."""
     path = tmp_path / "cifar-10-python.tar.gz"
     make_cifar_python_tarball(path)
     rebuilt = tmp_path / "rebuilt.tar.gz"
     with tarfile.open(path) as original, tarfile.open(rebuilt, "w:gz") as archive:
-        for member in original.getmembers():
-            handle = original.extractfile(member)
+        for info in original.getmembers():
+            handle = original.extractfile(info)
             data = handle.read() if handle else b""
-            if member.name.endswith("batches.meta"):
-                data = pickle.dumps(meta, protocol=2)
-            add_member(archive, member.name, data)
+            if info.name.endswith("/" + member):
+                data = pickle.dumps(value, protocol=4)
+            add_member(archive, info.name, data)
     return rebuilt
 
 
@@ -362,7 +362,7 @@ def cifar_with_meta(tmp_path: Path, meta: object) -> Path:
     ],
 )
 def test_malformed_cifar_metadata_is_named(tmp_path: Path, meta: object, pattern: str) -> None:
-    prepare_fails(tmp_path, cifar_with_meta(tmp_path, meta), pattern)
+    prepare_fails(tmp_path, cifar_with(tmp_path, "batches.meta", meta), pattern)
 
 
 @pytest.mark.parametrize(
@@ -380,22 +380,12 @@ def test_malformed_cifar_metadata_is_named(tmp_path: Path, meta: object, pattern
     ],
 )
 def test_malformed_cifar_batches_are_named(tmp_path: Path, batch: dict, pattern: str) -> None:
-
     data = batch.get(b"data")
     if isinstance(data, tuple):
         batch = {**batch, b"data": np.zeros(data, np.uint8)}
     elif data == "f4":
         batch = {**batch, b"data": np.zeros((1, 3072), np.float32)}
-    path = tmp_path / "cifar-10-python.tar.gz"
-    make_cifar_python_tarball(path)
-    rebuilt = tmp_path / "rebuilt.tar.gz"
-    with tarfile.open(path) as original, tarfile.open(rebuilt, "w:gz") as archive:
-        for member in original.getmembers():
-            handle = original.extractfile(member)
-            content = handle.read() if handle else b""
-            if member.name.endswith("data_batch_3"):
-                content = pickle.dumps(batch, protocol=4)  # 2 pickles b"" as a call
-            add_member(archive, member.name, content)
+    rebuilt = cifar_with(tmp_path, "data_batch_3", batch)
     prepare_fails(tmp_path, rebuilt, "data_batch_3: " + pattern)
 
 
