@@ -63,6 +63,25 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
+def _distinct(text: str, items: list) -> list:
+    if not items or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"'{text}': give one or more distinct values, a,b,c")
+    return items
+
+
+def batch_size_list(text: str) -> list[int]:
+    """`128,512`: distinct batch sizes of at least 1."""
+    sizes = _distinct(
+        text, [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    )
+    return sizes
+
+
+def name_list(text: str) -> list[str]:
+    """`resnet18,vit-s`: distinct names."""
+    return _distinct(text, [part.strip() for part in text.split(",") if part.strip()])
+
+
 def image_reference(text: str) -> str:
     try:
         return check_image_reference(text)

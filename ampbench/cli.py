@@ -14,6 +14,8 @@ from pathlib import Path
 from ampbench import __version__, storage
 from ampbench.argtypes import (
     DefaultsHelpFormatter,
+    batch_size_list,
+    name_list,
     non_negative_int,
     non_negative_number,
     positive_int,
@@ -30,8 +32,15 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _add_training_options(parser: argparse.ArgumentParser) -> None:
     """What `run` and `train` share, with TrainConfig's defaults."""
-    from ampbench.components.train import MODELS
-    from ampbench.components.train.config import TrainConfig
+    from ampbench.components.train.config import MODEL_FORMS, TrainConfig, model_name_problem
+
+    def model_name(value: str) -> str:
+        # A usage error (exit status 2), like any other malformed option; only a name that is
+        # neither built in nor of the factory form costs an import (torchvision's list).
+        problem = model_name_problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(f"invalid choice: '{value}': {problem}")
+        return value
 
     parser.add_argument(
         "--subset",
@@ -50,7 +59,28 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
     parser.add_argument(
-        "--model", choices=MODELS, default=TrainConfig.model, help="the network to train"
+        "--model",
+        type=model_name,
+        default=TrainConfig.model,
+        help=f"the network to train, one of {MODEL_FORMS} (a callable taking num_classes and "
+        "image_shape (channels, height, width), returning an nn.Module that maps (N, C, H, W) "
+        "images to (N, num_classes) logits)",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=non_negative_int,
+        default=TrainConfig.image_size,
+        metavar="SIZE",
+        help="train and evaluate on SIZE x SIZE images, resized bilinearly on the device per "
+        "batch (0: as prepared)",
+    )
+    parser.add_argument(
+        "--target-accuracy",
+        type=non_negative_number,
+        default=TrainConfig.target_accuracy,
+        metavar="A",
+        help="stop each arm at the first epoch whose test accuracy reaches A and record its "
+        "time to target (0: off; the epochs are the limit)",
     )
     parser.add_argument(
         "--allow-emulated",
@@ -110,6 +140,21 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--precision", choices=PRECISIONS, default=AMP_PRECISION, help="the mixed-precision arm"
     )
+    matrix = parser.add_argument_group(
+        "experiment matrix",
+        "Several arms in one run: every model x batch size x precision x seed is a training "
+        "task, and each (model, batch size) group gets its own baseline arm. Each list replaces "
+        "its single-value option.",
+    )
+    matrix.add_argument(
+        "--precisions",
+        type=name_list,
+        metavar="LIST",
+        help="precisions to compare with the baseline, e.g. tf32,fp16,bf16 (of "
+        f"{', '.join(PRECISIONS)})",
+    )
+    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
+    matrix.add_argument("--models", type=name_list, metavar="LIST", help="e.g. resnet18,vit-s")
     _add_comparison_options(parser)
     parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
     parser.add_argument(
@@ -136,29 +181,54 @@ def _check_precisions_here(precisions: Sequence[str], allow_emulated: bool) -> N
         resolve(precision, device, allow_emulated)
 
 
+def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: object) -> list:
+    """The list option if given, else the single one; both given is a mistake (unless the
+    single one is at its default, which argparse cannot tell from an explicit one)."""
+    values = getattr(args, plural)
+    if values is None:
+        return [getattr(args, single)]
+    if getattr(args, single) != default:
+        raise AmpbenchError(
+            f"--{single.replace('_', '-')} and --{plural.replace('_', '-')}: give one of them"
+        )
+    return values
+
+
 def _run(args: argparse.Namespace) -> int:
+    from ampbench.components.train import AMP_PRECISION, PRECISIONS
     from ampbench.components.train.config import TrainConfig, check_pipeline_settings
+    from ampbench.matrix import matrix_runs
     from ampbench.pipelines.local import export, run_local, summary_lines
 
-    check_pipeline_settings(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        model=args.model,
-        subset=args.subset,
-    )
-    _check_precisions_here((args.baseline_precision, args.precision), args.allow_emulated)
+    models = _one_or_list(args, "model", "models", TrainConfig.model)
+    batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", TrainConfig.batch_size)
+    precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)
+    for precision in precisions:
+        if precision not in PRECISIONS:
+            raise AmpbenchError(
+                f"--precisions: '{precision}' is not one of {', '.join(PRECISIONS)}"
+            )
+    for model in models:
+        for batch_size in batch_sizes:
+            check_pipeline_settings(
+                epochs=args.epochs,
+                batch_size=batch_size,
+                lr=args.lr,
+                model=model,
+                subset=args.subset,
+                image_size=args.image_size,
+            )
+    _check_precisions_here([args.baseline_precision, *precisions], args.allow_emulated)
     seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
     arguments = {
         "data": args.data,
         "subset": args.subset,
         "epochs": args.epochs,
-        "batch_size": args.batch_size,
         "lr": args.lr,
-        "seeds": seeds,
-        "model_name": args.model,
+        "runs": matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision),
         "baseline_precision": args.baseline_precision,
-        "amp_precision": args.precision,
+        "image_size": args.image_size,
+        "target_accuracy": args.target_accuracy,
         "allow_emulated": args.allow_emulated,
         "allow_mismatch": args.allow_mismatch,
         "experiment": args.experiment,
@@ -386,6 +456,8 @@ def _train(args: argparse.Namespace) -> int:
         resume=args.resume,
         warmup_steps=args.warmup_steps,
         allow_emulated=args.allow_emulated,
+        image_size=args.image_size,
+        target_accuracy=args.target_accuracy,
     )
     results_path = args.output_dir / "results.json"
     results = run_training(
@@ -405,13 +477,19 @@ def _train(args: argparse.Namespace) -> int:
 
 # -- compare ------------------------------------------------------------------------------------
 def _add_compare(commands: argparse._SubParsersAction) -> None:
+    from ampbench.components.train import BASELINE_PRECISION
+
     parser = commands.add_parser(
         "compare",
         help="run the compare step by itself",
-        description="Compare training results (one file per seed) of a baseline and an AMP arm.",
+        description="Compare training results (`ampbench train`'s results.json, one file per "
+        "arm and seed): each arm against the baseline precision of its (model, batch size) "
+        "group.",
     )
-    parser.add_argument("--baseline", nargs="+", type=Path, required=True, metavar="RESULTS")
-    parser.add_argument("--amp", nargs="+", type=Path, required=True, metavar="RESULTS")
+    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
+    parser.add_argument(
+        "--baseline-precision", default=BASELINE_PRECISION, help="the baseline arms' precision"
+    )
     parser.add_argument("--output-dir", type=Path, required=True)
     _add_comparison_options(parser)
     parser.set_defaults(handler=_compare)
@@ -420,16 +498,11 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from ampbench.components.compare.report import render_text
     from ampbench.components.compare.step import CompareOutputs, run_comparison
-    from ampbench.results import read_arm_results
 
-    baseline = read_arm_results(args.baseline[0]).precision.requested
-    amp = read_arm_results(args.amp[0]).precision.requested
-    if baseline == amp:
-        raise AmpbenchError(f"--baseline and --amp: both arms are '{baseline}'")
     comparison = run_comparison(
-        {baseline: args.baseline, amp: args.amp},
+        args.results,
         CompareOutputs.in_directory(args.output_dir),
-        baseline=baseline,
+        baseline=args.baseline_precision,
         max_accuracy_drop_pp=args.max_accuracy_drop,
         allow_mismatch=args.allow_mismatch,
     )

@@ -20,7 +20,7 @@ from ampbench import schema
 from ampbench.errors import AmpbenchError
 
 RESULTS_SCHEMA_VERSION = 2
-COMPARISON_SCHEMA_VERSION = 2
+COMPARISON_SCHEMA_VERSION = 3
 
 # What each headline figure means; the report prints these, and nothing else defines them.
 DEFINITIONS = {
@@ -47,6 +47,22 @@ DEFINITIONS = {
         "the whole run's peak above the process's memory before the data upload: data set, "
         "model, training and evaluation (not the warm-up, where cuDNN's autotuning tries "
         "algorithms with scratch memory of their own)"
+    ),
+    "Achieved TFLOP/s": (
+        "the FLOPs of one training step (forward and backward, counted once by PyTorch's "
+        "FlopCounterMode: matrix multiplications, convolutions and attention, 2 FLOPs per "
+        "multiply-add; elementwise work not counted) times the steps trained, over the training "
+        "time"
+    ),
+    "MFU": (
+        "model FLOP/s utilisation: achieved TFLOP/s over the device's dense peak for the arm's "
+        "precision (components/train/flops.py lists the peaks and their sources); omitted where "
+        "the peak is not known (every CPU, unlisted GPUs)"
+    ),
+    "Time to target": (
+        "with --target-accuracy: the training time (as Time) up to the end of the first epoch "
+        "whose test accuracy reached the target, evaluated after each epoch off the clock; the "
+        "run stops there. The ratio is baseline over arm, over the seeds where both got there"
     ),
     "Accuracy delta": (
         "arm minus baseline test accuracy in percentage points, the mean of per-seed differences"
@@ -154,6 +170,26 @@ class RequestedResources:
     memory: str
 
 
+@dataclass(frozen=True)
+class Compute:
+    """What the arm's training achieved in FLOP/s (DEFINITIONS["Achieved TFLOP/s"], ["MFU"])."""
+
+    flops_per_step: int
+    achieved_tflops: float
+    peak_tflops: float | None  # the device's dense peak for this precision, where known
+    mfu: float | None  # achieved over peak; None where the peak is not known
+
+
+@dataclass(frozen=True)
+class TimeToTarget:
+    """DEFINITIONS["Time to target"]."""
+
+    target_accuracy: float
+    reached: bool
+    train_time_s: float | None  # None: not reached within the epochs
+    epoch: int | None
+
+
 Hyperparameters = dict[str, str | int | float | bool | None]
 
 
@@ -180,6 +216,9 @@ class ArmResults:
     # Added by the train step:
     mlflow: TrackingRecord | None = None
     requested_resources: RequestedResources | None = None
+    # Optional within schema version 2 (files written before they existed lack them):
+    compute: Compute | None = None
+    time_to_target: TimeToTarget | None = None
     # Set when read from an older schema (see upgrade_v1): its figures mean what they meant.
     upgraded_from_schema: int | None = None
 
@@ -332,6 +371,10 @@ class ArmSummary:
 
     name: str
     precision: PrecisionRecord
+    model: str
+    batch_size: int
+    group: str  # the (model, batch size) group the arm belongs to, e.g. "resnet18, batch 128"
+    baseline_arm: str  # the group's baseline arm, which this arm is compared with
     seeds: list[int]
     accuracy: Estimate
     train_time_s: Estimate
@@ -339,6 +382,10 @@ class ArmSummary:
     end_to_end_s: Estimate
     train_peak_memory_mb: Estimate
     total_peak_memory_mb: Estimate
+    achieved_tflops: Estimate | None  # None where a seed did not record it
+    mfu: Estimate | None  # None where the device's peak is not known
+    time_to_target_s: Estimate | None  # over the seeds that reached the target
+    target_reached: list[int] | None  # the seeds that reached it; None: no target was set
     epochs: list[dict[str, float]]  # per-epoch figures averaged over seeds, for the plots
     per_seed: list[ArmResults]
 
@@ -355,6 +402,8 @@ class ArmComparison:
     memory_ratio: Estimate | None  # None where a baseline peak is 0 (see note)
     total_memory_ratio: Estimate | None
     accuracy_delta_pp: Estimate
+    # Baseline over arm of the time to target, over the seeds where both reached it:
+    time_to_target_ratio: Estimate | None
     per_seed: dict[str, list[float | None]]  # each figure's per-seed values, in `seeds` order
     note: str | None = None
 
@@ -375,6 +424,10 @@ class Comparison:
     resumed: list[str]  # runs continued from a checkpoint
     emulated: list[str]  # arms that ran an emulated precision
     published_differences: list[str]  # empty: our setup is the published one
+    groups: list[str]  # the (model, batch size) groups, each with its own baseline arm
+    # Per model: the arm with the most images/s and no significant accuracy loss against its
+    # group's baseline (see analysis.best_per_model).
+    best_per_model: dict[str, str]
     # The headline arm's figures, flat, for scripts, KFP metrics and MLflow:
     speedup: float
     end_to_end_ratio: float

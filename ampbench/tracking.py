@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -79,6 +80,61 @@ def flatten_params(values: Mapping[str, Any], prefix: str = "") -> dict[str, str
     return flat
 
 
+class SystemMetrics:
+    """MLflow's system metrics, sampled here and sent between epochs.
+
+    MLflow's own collectors (CPU utilisation and memory through psutil; per-GPU utilisation,
+    memory and power through nvidia-ml-py where there is an NVIDIA GPU) under MLflow's
+    `system/` names, so that a run's System metrics tab shows them beside its throughput.
+    Unlike `mlflow.start_run(log_system_metrics=True)`, whose thread also asks the tracking
+    server about the run and sends to it while steps are timed, this thread only samples
+    (a few /proc reads each SYSTEM_METRICS_INTERVAL_S); the samples go out with the epoch's
+    metrics, between epochs.
+    """
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+
+        self.interval_s = interval_s
+        self.monitors: list[Any] = [CPUMonitor()]
+        try:
+            from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+
+            self.monitors.append(GPUMonitor())
+        except Exception:  # no NVIDIA driver or no nvidia-ml-py: CPU and memory only
+            log.debug("system metrics: no NVIDIA GPU monitor")
+        self.samples: list[tuple[int, dict[str, float]]] = []  # (time in ms, values)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="system-metrics", daemon=True)
+
+    def start(self) -> None:
+        import psutil
+
+        psutil.cpu_percent()  # its first call has nothing to compare with and says 0.0
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            values: dict[str, float] = {}
+            for monitor in self.monitors:
+                monitor.collect_metrics()
+                values.update(monitor.aggregate_metrics())
+                monitor.clear_metrics()
+            with self._lock:
+                self.samples.append((int(time.time() * 1000), values))
+
+    def drain(self) -> list[tuple[int, dict[str, float]]]:
+        with self._lock:
+            taken, self.samples = self.samples, []
+        return taken
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
 class ArmRun:
     """The MLflow run of one training arm.
 
@@ -93,9 +149,16 @@ class ArmRun:
     RETRY_AFTER_S = 30.0  # back-off between attempts while the server does not answer
 
     def __init__(
-        self, experiment: str, run_name: str, tags: Mapping[str, str], params: Mapping[str, Any]
+        self,
+        experiment: str,
+        run_name: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, Any],
+        system_metrics: SystemMetrics | None = None,
     ) -> None:
         self.experiment = experiment
+        self.system_metrics = system_metrics
+        self.system_step = 0
         self.run_name = run_name
         self.tags = dict(tags)
         self.params = flatten_params(params)
@@ -129,6 +192,15 @@ class ArmRun:
         down or was down less than RETRY_AFTER_S ago."""
         if time.monotonic() < self._next_attempt:
             return False
+        if self.system_metrics is not None:
+            from mlflow.entities import Metric
+
+            for timestamp, values in self.system_metrics.drain():
+                self.pending += [
+                    Metric(f"system/{key}", float(value), timestamp, self.system_step)
+                    for key, value in values.items()
+                ]
+                self.system_step += 1
         try:
             run_id = self._ensure_run()
             while self.pending:
@@ -169,6 +241,8 @@ class ArmRun:
         registered_model_name: str | None = None,
     ) -> str:
         """Flush (retrying), log artifacts and the model, end the run; raise if any is lost."""
+        if self.system_metrics is not None:
+            self.system_metrics.stop()
         for attempt in range(FINAL_FLUSH_ATTEMPTS):
             self._next_attempt = 0.0
             if self.flush():
@@ -318,10 +392,10 @@ def finish_parent_run(
 
 def download_arm_results(
     experiment: str, parent_run_id: str | None, directory: Path
-) -> tuple[str, str, dict[str, list[Path]]]:
+) -> tuple[str, str, list[Path]]:
     """The results.json of every arm run of a pipeline run, from MLflow alone.
 
-    Returns (parent run id, baseline arm, {arm: [results files]}); without a parent run id,
+    Returns (parent run id, baseline precision, results files); without a parent run id,
     the newest pipeline run of the experiment.
     """
     with mlflow_errors("reading the runs"):
@@ -352,7 +426,7 @@ def download_arm_results(
             [parent.info.experiment_id],
             filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
         )
-        arms: dict[str, list[Path]] = {}
+        arms: list[Path] = []
         for child in children:
             target = directory / child.info.run_id
             target.mkdir(parents=True, exist_ok=True)
@@ -363,7 +437,7 @@ def download_arm_results(
                     f"arm run {child.info.run_id} has no {RESULTS_ARTIFACT} (its training did "
                     "not finish?)"
                 ) from None
-            arms.setdefault(child.data.tags.get(PRECISION_TAG, ""), []).append(Path(local))
+            arms.append(Path(local))
     if not arms:
         raise AmpbenchError(f"run {parent.info.run_id}: has no arm runs")
     return parent.info.run_id, baseline, arms

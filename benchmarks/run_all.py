@@ -11,7 +11,13 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["prepare_cifar10", "train_cpu", "mlflow_overhead", "protocol_agreement"]
+BENCHMARKS = [
+    "prepare_cifar10",
+    "train_cpu",
+    "mlflow_overhead",
+    "protocol_agreement",
+    "matrix_overhead",
+]
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ from ampbench.components.prepare.sources import SourceOptions, local_path
 from ampbench.components.train import DEFAULT_DATA
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
+from ampbench.matrix import run_name
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.results import Comparison, read_arm_results, read_comparison
 from ampbench.tracking import safe_tracking_uri, tracking_uri
@@ -141,8 +142,8 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
 
 
 def collect_models(pipeline_root: Path, directory: Path) -> list[Path]:
-    """Copy each arm's trained state dict out of the local runner's outputs, named by arm and
-    seed (the runner keeps a task's outputs side by side: results, model)."""
+    """Copy each run's trained state dict out of the local runner's outputs, named by
+    matrix.run_name (the runner keeps a task's outputs side by side: results, model)."""
     directory.mkdir(parents=True, exist_ok=True)
     copied = []
     for results_file in sorted(pipeline_root.rglob("results")):
@@ -150,7 +151,13 @@ def collect_models(pipeline_root: Path, directory: Path) -> list[Path]:
         if not (results_file.is_file() and model.is_file()):
             continue
         results = read_arm_results(results_file)
-        target = directory / f"{results.precision.requested}-seed{results.seed}.pt"
+        name = run_name(
+            results.model,
+            int(results.hyperparameters["batch_size"]),  # type: ignore[arg-type]
+            results.precision.requested,
+            results.seed,
+        )
+        target = directory / f"{name}.pt"
         shutil.copyfile(model, target)
         copied.append(target)
     return copied

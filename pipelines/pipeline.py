@@ -1,4 +1,6 @@
-"""The DAG: prepare -> train(baseline) || train(amp), for each seed -> compare.
+"""The DAG: prepare -> train, for each run of the experiment matrix (arm x seed) -> compare.
+
+By default the matrix is the published pair, fp32 and amp, one seed (ampbench/matrix.py).
 
 The pipeline is built by a function so that the component image, the schedule and the task
 timeout are chosen when it is compiled (`ampbench compile --image ...`), not when this module
@@ -17,9 +19,10 @@ from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
 from ampbench.cluster import CHECKPOINT_URI_ENV
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
-from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION, DEFAULT_DATA
+from ampbench.components.train import BASELINE_PRECISION, DEFAULT_DATA
 from ampbench.components.train.component import train
 from ampbench.components.train.config import TrainConfig
+from ampbench.matrix import DEFAULT_RUNS
 from ampbench.tracking import DEFAULT_EXPERIMENT
 
 SCHEDULES = ("parallel", "sequential")
@@ -71,7 +74,7 @@ def build_pipeline(
 ) -> GraphComponent:
     """The ampbench pipeline, its components on `image`.
 
-    schedule: "parallel" trains all arms and seeds at once (one GPU node each);
+    schedule: "parallel" trains all runs of the matrix at once (one GPU node each);
     "sequential" trains them one after another, for arms measured on one GPU (the same kind
     of node), and for the local runner, where arms running at once would share the same CPU
     cores and timings.
@@ -91,12 +94,14 @@ def build_pipeline(
         data: str = DEFAULT_DATA,
         subset: int = TrainConfig.subset,
         epochs: int = TrainConfig.epochs,
-        batch_size: int = TrainConfig.batch_size,
         lr: float = TrainConfig.lr,
-        seeds: list = [TrainConfig.seed],  # noqa: B006 - KFP takes list defaults this way
-        model_name: str = TrainConfig.model,
+        # The experiment matrix: [{"model", "batch_size", "precision", "seed"}, ...], one
+        # training task each (`ampbench submit --models --batch-sizes --precisions --seeds`
+        # makes it); every (model, batch size) group needs a baseline_precision run.
+        runs: list = DEFAULT_RUNS,
         baseline_precision: str = BASELINE_PRECISION,
-        amp_precision: str = AMP_PRECISION,
+        image_size: int = TrainConfig.image_size,
+        target_accuracy: float = TrainConfig.target_accuracy,
         allow_emulated: bool = TrainConfig.allow_emulated,
         allow_mismatch: bool = False,
         experiment: str = DEFAULT_EXPERIMENT,
@@ -122,8 +127,9 @@ def build_pipeline(
         prepared = prepare_op(
             data=data,
             subset=subset,
-            batch_size=batch_size,
-            model_name=model_name,
+            runs=runs,
+            baseline_precision=baseline_precision,
+            train_image_size=image_size,
             epochs=epochs,
             lr=lr,
             tracking=tracking,
@@ -132,58 +138,53 @@ def build_pipeline(
         prepared.set_cpu_request(prepare_cpu).set_cpu_limit(prepare_cpu)
         prepared.set_memory_request(prepare_memory).set_memory_limit(prepare_memory)
         use_cluster_settings(prepared, config_map, s3_secret)
-        with dsl.ParallelFor(seeds, parallelism=1 if sequential else 0) as seed:
-            arms = {}
-            for arm, precision in (("fp32", baseline_precision), ("amp", amp_precision)):
-                task = train_op(
-                    dataset=prepared.outputs["dataset"],
-                    precision=precision,
-                    epochs=epochs,
-                    batch_size=batch_size,
-                    lr=lr,
-                    seed=seed,
-                    model_name=model_name,
-                    allow_emulated=allow_emulated,
-                    experiment=experiment,
-                    pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                    tracking=tracking,
-                    registered_model_name=registered_model_name,
-                    checkpoint_dir=checkpoint_dir,
-                    checkpoint_every=checkpoint_every,
-                    # Passed as inputs as well: kfp 2.17 threads a pipeline parameter into a
-                    # ParallelFor only when a task there takes it as an input, and the
-                    # resource placeholders below would otherwise not resolve.
-                    requested_gpu_type=gpu_resource,
-                    requested_gpu_count=gpu_count,
-                    requested_cpu=train_cpu,
-                    requested_memory=train_memory,
-                )
-                task.set_display_name(f"train-{arm}")
-                task.set_accelerator_type(gpu_resource).set_accelerator_limit(gpu_count)
-                task.set_cpu_request(train_cpu).set_cpu_limit(train_cpu)
-                task.set_memory_request(train_memory).set_memory_limit(train_memory)
-                # Timings are the point of these tasks: never answer them from a cache.
-                task.set_caching_options(False)
-                # A preempted GPU node costs one checkpoint interval: the retried task resumes
-                # from the newest checkpoint under checkpoint_dir (same run id, arm and seed).
-                task.set_retry(TRAIN_RETRIES, backoff_duration="30s", backoff_factor=2.0)
-                kubernetes.set_timeout(task, train_timeout_s)
-                kubernetes.add_node_selector_json(task, gpu_node_selector)
-                kubernetes.add_toleration(
-                    task, key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"
-                )
-                # DataLoader-free, but NCCL and the CUDA caching allocator still want a real
-                # /dev/shm, which Kubernetes caps at 64 MiB unless a memory volume is mounted.
-                kubernetes.empty_dir_mount(task, "dshm", "/dev/shm", medium="Memory")
-                use_cluster_settings(task, config_map, s3_secret)
-                arms[arm] = task
-            if sequential:
-                arms["amp"].after(arms["fp32"])
+        with dsl.ParallelFor(runs, parallelism=1 if sequential else 0) as run:
+            task = train_op(
+                dataset=prepared.outputs["dataset"],
+                precision=run.precision,
+                epochs=epochs,
+                batch_size=run.batch_size,
+                lr=lr,
+                seed=run.seed,
+                model_name=run.model,
+                image_size=image_size,
+                target_accuracy=target_accuracy,
+                allow_emulated=allow_emulated,
+                experiment=experiment,
+                pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                tracking=tracking,
+                registered_model_name=registered_model_name,
+                checkpoint_dir=checkpoint_dir,
+                checkpoint_every=checkpoint_every,
+                # Passed as inputs as well: kfp 2.17 threads a pipeline parameter into a
+                # ParallelFor only when a task there takes it as an input, and the
+                # resource placeholders below would otherwise not resolve.
+                requested_gpu_type=gpu_resource,
+                requested_gpu_count=gpu_count,
+                requested_cpu=train_cpu,
+                requested_memory=train_memory,
+            )
+            task.set_display_name("train")
+            task.set_accelerator_type(gpu_resource).set_accelerator_limit(gpu_count)
+            task.set_cpu_request(train_cpu).set_cpu_limit(train_cpu)
+            task.set_memory_request(train_memory).set_memory_limit(train_memory)
+            # Timings are the point of these tasks: never answer them from a cache.
+            task.set_caching_options(False)
+            # A preempted GPU node costs one checkpoint interval: the retried task resumes
+            # from the newest checkpoint under checkpoint_dir (same run id, arm and seed).
+            task.set_retry(TRAIN_RETRIES, backoff_duration="30s", backoff_factor=2.0)
+            kubernetes.set_timeout(task, train_timeout_s)
+            kubernetes.add_node_selector_json(task, gpu_node_selector)
+            kubernetes.add_toleration(
+                task, key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"
+            )
+            # DataLoader-free, but NCCL and the CUDA caching allocator still want a real
+            # /dev/shm, which Kubernetes caps at 64 MiB unless a memory volume is mounted.
+            kubernetes.empty_dir_mount(task, "dshm", "/dev/shm", medium="Memory")
+            use_cluster_settings(task, config_map, s3_secret)
         compared = compare_op(
-            baseline_results=dsl.Collected(arms["fp32"].outputs["results"]),
-            amp_results=dsl.Collected(arms["amp"].outputs["results"]),
+            results=dsl.Collected(task.outputs["results"]),
             baseline_precision=baseline_precision,
-            amp_precision=amp_precision,
             experiment=experiment,
             pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             tracking=tracking,

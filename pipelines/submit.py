@@ -39,7 +39,14 @@ from kfp.client import (
 from kfp.client.client import KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, KF_PIPELINES_ENDPOINT_ENV
 
 from ampbench import __version__
-from ampbench.argtypes import number, positive_number, whole_number
+from ampbench.argtypes import (
+    batch_size_list,
+    name_list,
+    number,
+    positive_number,
+    seed_list,
+    whole_number,
+)
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.pipelines.compile import add_build_options
@@ -606,6 +613,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="with --wait: seconds between polls",
     )
     add_build_options(submit)
+    matrix = submit.add_argument_group(
+        "experiment matrix",
+        "Make the `runs` parameter: every model x batch size x precision x seed, each (model, "
+        "batch size) group with its own baseline arm; a list not given keeps the default "
+        "experiment's single value.",
+    )
+    matrix.add_argument("--models", type=name_list, metavar="LIST", help="e.g. resnet18,vit-s")
+    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
+    matrix.add_argument("--precisions", type=name_list, metavar="LIST", help="e.g. tf32,fp16,bf16")
+    matrix.add_argument("--seeds", type=seed_list, metavar="LIST", help="e.g. 0,1,2")
     parameters = pipeline_parameters()
     _add_pipeline_options(submit, parameters)
     submit.set_defaults(handler=_submit, pipeline_parameters=parameters)
@@ -634,6 +651,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def _submit(args: argparse.Namespace) -> int:
     from ampbench.components.train.config import check_pipeline_settings
+    from ampbench.matrix import check_runs, matrix_runs
     from ampbench.pipelines.compile import compile_pipeline
 
     if args.timeout is not None and not args.wait:
@@ -644,14 +662,30 @@ def _submit(args: argparse.Namespace) -> int:
         if hasattr(args, parameter.dest)
     }
     defaults = {parameter.name: parameter.default for parameter in args.pipeline_parameters}
+    lists = {"models": args.models, "batch_sizes": args.batch_sizes}
+    lists |= {"precisions": args.precisions, "seeds": args.seeds}
+    if any(value is not None for value in lists.values()):
+        if "runs" in arguments:
+            raise AmpbenchError("--runs and --models/--batch-sizes/--precisions/--seeds: give one")
+        first = defaults["runs"][0]
+        arguments["runs"] = matrix_runs(
+            lists["models"] or [first["model"]],
+            lists["batch_sizes"] or [first["batch_size"]],
+            lists["precisions"] or [run["precision"] for run in defaults["runs"]],
+            lists["seeds"] or [first["seed"]],
+            arguments.get("baseline_precision", defaults["baseline_precision"]),
+        )
     settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
-    check_pipeline_settings(
-        epochs=settings["epochs"],
-        batch_size=settings["batch_size"],
-        lr=settings["lr"],
-        model=settings["model_name"],
-        subset=settings["subset"],
-    )
+    runs = check_runs(settings["runs"], settings["baseline_precision"])
+    for model, batch_size in sorted({(run.model, run.batch_size) for run in runs}):
+        check_pipeline_settings(
+            epochs=settings["epochs"],
+            batch_size=batch_size,
+            lr=settings["lr"],
+            model=model,
+            subset=settings["subset"],
+            image_size=settings["image_size"],
+        )
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
     with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:

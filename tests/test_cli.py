@@ -175,8 +175,8 @@ def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
         assert (tmp_path / precision / "results.json").is_file()
         assert (tmp_path / precision / "model.pt").is_file()
     done = ampbench(
-        "compare", "--baseline", str(tmp_path / "fp32" / "results.json"),
-        "--amp", str(tmp_path / "bf16" / "results.json"), "--output-dir", str(tmp_path / "cmp"),
+        "compare", str(tmp_path / "fp32" / "results.json"), str(tmp_path / "bf16" / "results.json"),
+        "--output-dir", str(tmp_path / "cmp"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "===== RESULTS =====" in done.stdout
@@ -188,16 +188,16 @@ def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
 def test_compare_refuses_arms_that_differ_in_more_than_precision(
     capsys: pytest.CaptureFixture[str], synthetic_dataset: Path, tmp_path: Path
 ) -> None:
-    for precision, batch in (("fp32", "25"), ("bf16", "50")):
+    for precision, lr in (("fp32", "0.1"), ("bf16", "0.05")):
         argv = ["train", "--dataset", str(synthetic_dataset), "--precision", precision]
-        argv += ["--model", "small-cnn", "--epochs", "1", "--batch-size", batch, "--subset", "100"]
-        argv += ["--allow-emulated", "--no-tracking", "--output-dir", str(tmp_path / precision)]
-        assert main(argv) == 0
+        argv += ["--model", "small-cnn", "--epochs", "1", "--batch-size", "25", "--lr", lr]
+        argv += ["--subset", "100", "--allow-emulated", "--no-tracking"]
+        assert main([*argv, "--output-dir", str(tmp_path / precision)]) == 0
     capsys.readouterr()
-    compare = ["compare", "--baseline", str(tmp_path / "fp32" / "results.json")]
-    compare += ["--amp", str(tmp_path / "bf16" / "results.json")]
+    compare = ["compare", str(tmp_path / "fp32" / "results.json")]
+    compare += [str(tmp_path / "bf16" / "results.json")]
     line = one_line_error(capsys, [*compare, "--output-dir", str(tmp_path / "c")])
-    assert "batch size (fp32: 25; bf16: 50)" in line and "--allow-mismatch" in line
+    assert "lr (fp32: 0.1; bf16: 0.05)" in line and "--allow-mismatch" in line
     assert not (tmp_path / "c" / "results.json").exists()
     assert main([*compare, "--output-dir", str(tmp_path / "c"), "--allow-mismatch"]) == 0
     assert "WARNING: Compared although the arms differ" in capsys.readouterr().out
@@ -358,7 +358,7 @@ def test_help_shows_every_default(command: str) -> None:
     ("option", "pattern"),
     [
         (["--lr", "-1"], "--lr: must be positive, not -1.0"),
-        (["--subset", "300", "--batch-size", "100000"], "larger than the at most 300 training"),
+        (["--subset", "300", "--batch-sizes", "64,100000"], "larger than the at most 300 training"),
     ],
 )
 @pytest.mark.parametrize("command", ["run", "submit"])

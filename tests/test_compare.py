@@ -13,9 +13,14 @@ from typing import Any
 import pytest
 
 from ampbench import schema
-from ampbench.components.compare.analysis import PUBLISHED, compare_arms
-from ampbench.components.compare.plots import PLOTS
-from ampbench.components.compare.report import render_markdown, render_text, results_block
+from ampbench.components.compare.analysis import (
+    PUBLISHED,
+    batch_size_of,
+    compare_arms,
+    compare_runs,
+)
+from ampbench.components.compare.plots import BATCH_PLOT, PLOTS
+from ampbench.components.compare.report import render_markdown, render_text, results_block, tables
 from ampbench.components.compare.stats import mean_estimate, ratio_estimate
 from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.errors import AmpbenchError
@@ -23,11 +28,13 @@ from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
     UNRECORDED,
     ArmResults,
+    Compute,
     DatasetRecord,
     DeviceRecord,
     EpochRecord,
     Memory,
     PrecisionRecord,
+    TimeToTarget,
     Timing,
     Versions,
     read_arm_results,
@@ -412,7 +419,7 @@ def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
     fp32 = _write(tmp_path / "fp32.json", arm_result("fp32", 0, 0.70, 3000.0, 300.0))
     amp = _write(tmp_path / "amp.json", arm_result("amp", 0, 0.65, 1500.0, 100.0))
     outputs = CompareOutputs.in_directory(tmp_path / "out")
-    comparison = run_comparison({"fp32": [fp32], "amp": [amp]}, outputs)
+    comparison = run_comparison([fp32, amp], outputs)
     assert read_comparison(outputs.comparison) == comparison
     assert comparison.speedup == pytest.approx(3.0)
     assert "===== RESULTS =====" in outputs.report.read_text()
@@ -420,10 +427,10 @@ def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
     assert sorted(p.name for p in outputs.plots.iterdir()) == sorted(PLOTS)
     for plot in outputs.plots.iterdir():
         assert plot.read_bytes().startswith(b"\x89PNG")
-    run_comparison({"fp32": [fp32], "amp": [amp]}, outputs, max_accuracy_drop_pp=6.0)
+    run_comparison([fp32, amp], outputs, max_accuracy_drop_pp=6.0)
     outputs.comparison.unlink()
     with pytest.raises(AmpbenchError, match=r"lost 5\.00 pp"):
-        run_comparison({"fp32": [fp32], "amp": [amp]}, outputs, max_accuracy_drop_pp=1.0)
+        run_comparison([fp32, amp], outputs, max_accuracy_drop_pp=1.0)
     # The gate fails after the outputs are written, so that the evidence is kept.
     assert outputs.comparison.is_file()
 
@@ -433,7 +440,7 @@ def test_report_states_settings_definitions_and_verdict(tmp_path: Path) -> None:
     amp = [arm_result("amp", s, 0.69, 1500.0, 100.0 + s) for s in range(2)]
     paths = [_write(tmp_path / f"{r.precision.requested}{r.seed}.json", r) for r in fp32 + amp]
     outputs = CompareOutputs.in_directory(tmp_path / "out")
-    comparison = run_comparison({"fp32": paths[:2], "amp": paths[2:]}, outputs)
+    comparison = run_comparison(paths, outputs)
     markdown = outputs.report.read_text()
     assert markdown.splitlines()[2] == f"**Verdict.** {comparison.verdict}"  # it opens with it
     settings = ["| model | resnet18 |", "| batch size | 128 |", "| torch | 2.14.1 |"]
@@ -459,7 +466,7 @@ def test_mlflow_down_keeps_the_outputs_and_says_so_in_one_line(
     amp = _write(tmp_path / "amp.json", arm_result("amp", 0, 0.65, 1500.0, 100.0))
     outputs = CompareOutputs.in_directory(tmp_path / "out")
     with pytest.raises(AmpbenchError) as raised:
-        run_comparison({"fp32": [fp32], "amp": [amp]}, outputs, parent_run=ParentRunOptions())
+        run_comparison([fp32, amp], outputs, parent_run=ParentRunOptions())
     message = str(raised.value)
     assert message.startswith("MLflow at http://127.0.0.1:9: creating the pipeline's parent run")
     assert "hunter2" not in message and "\n" not in message
@@ -471,7 +478,7 @@ def test_unreadable_results_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(AmpbenchError, match=r"bad\.json: not a readable results file"):
-        run_comparison({"fp32": [bad], "amp": [bad]}, CompareOutputs.in_directory(tmp_path))
+        run_comparison([bad, bad], CompareOutputs.in_directory(tmp_path))
 
 
 def test_schema_round_trips_a_comparison() -> None:
@@ -483,3 +490,145 @@ def test_schema_round_trips_a_comparison() -> None:
     )
     data = json.loads(json.dumps(schema.dump(comparison)))
     assert schema.load(type(comparison), data) == comparison
+
+
+# -- an experiment matrix -----------------------------------------------------------------------
+# Training time per (model, batch size, precision), per seed offset: each group's baseline is
+# made different, so that an arm compared with the wrong group's baseline shows.
+MATRIX_TIMES = {
+    ("resnet18", 128, "fp32"): 300.0,
+    ("resnet18", 128, "bf16"): 150.0,
+    ("resnet18", 512, "fp32"): 200.0,
+    ("resnet18", 512, "bf16"): 50.0,
+    ("vit-s", 128, "fp32"): 400.0,
+    ("vit-s", 128, "bf16"): 100.0,
+    ("vit-s", 512, "fp32"): 360.0,
+    ("vit-s", 512, "bf16"): 60.0,
+}
+
+
+def matrix_run(model: str, batch: int, precision: str, seed: int) -> ArmResults:
+    time_s = MATRIX_TIMES[(model, batch, precision)] * (1 + 0.01 * seed * (precision == "bf16"))
+    run = arm_result(precision, seed, 0.7 + 0.001 * seed, time_s * 10, time_s, batch_size=batch)
+    return with_(run, model=model, parameters=1000 if model == "vit-s" else 2000)
+
+
+def matrix() -> list[ArmResults]:
+    return [
+        matrix_run(model, batch, precision, seed)
+        for (model, batch, precision) in MATRIX_TIMES
+        for seed in range(3)
+    ]
+
+
+def test_a_matrix_compares_each_arm_with_its_own_groups_baseline(tmp_path: Path) -> None:
+    comparison = compare_runs(matrix())
+    assert set(comparison.arms) == {
+        f"{model} b{batch} {precision}" for model, batch, precision in MATRIX_TIMES
+    }
+    assert comparison.groups == [
+        "resnet18, batch 128",
+        "resnet18, batch 512",
+        "vit-s, batch 128",
+        "vit-s, batch 512",
+    ]
+    for (model, batch, precision), time_s in MATRIX_TIMES.items():
+        if precision == "fp32":
+            continue
+        this = comparison.comparisons[f"{model} b{batch} bf16"]
+        assert this.baseline == f"{model} b{batch} fp32"
+        base = MATRIX_TIMES[(model, batch, "fp32")]
+        per_seed = [base / (time_s * (1 + 0.01 * seed)) for seed in range(3)]
+        assert this.per_seed["speedup"] == pytest.approx(per_seed)
+        assert this.speedup.low < this.speedup.value < this.speedup.high
+    # Fastest per model: the arm with the most images/s (no arm loses accuracy here).
+    assert comparison.best_per_model == {
+        "resnet18": "resnet18 b512 bf16",
+        "vit-s": "vit-s b512 bf16",
+    }
+    assert "Fastest per model without a significant accuracy loss: resnet18: bf16 at batch 512" in (
+        comparison.verdict
+    )
+    assert comparison.settings["models"] == "resnet18, vit-s"
+    assert comparison.settings["batch sizes"] == "128, 512"
+    assert "model" not in comparison.settings and "parameters" not in comparison.settings
+    assert "a matrix of 8 arms (published: fp32 and amp)" in comparison.published_differences
+    header, rows = tables(comparison)["At a glance"]
+    assert header[:4] == ["model", "batch", "images/s fp32", "images/s bf16"]
+    assert rows[1][:2] == ["resnet18", "512"] and rows[1][4] == (
+        f"{comparison.comparisons['resnet18 b512 bf16'].speedup.value:.2f}x"
+    )
+    outputs = CompareOutputs.in_directory(tmp_path / "out")
+    paths = [_write(tmp_path / f"{i}.json", run) for i, run in enumerate(matrix())]
+    written = run_comparison(paths, outputs)
+    assert written.best_per_model == comparison.best_per_model
+    assert sorted(p.name for p in outputs.plots.iterdir()) == sorted([*PLOTS, BATCH_PLOT])
+    assert "## At a glance" in outputs.report.read_text()
+    assert "Every arm against its group's fp32 baseline:" in render_text(written)
+
+
+def test_a_matrix_refuses_a_group_without_baseline_and_other_differences() -> None:
+    runs = [run for run in matrix() if run.model != "vit-s" or run.precision.requested != "fp32"]
+    with pytest.raises(
+        AmpbenchError, match=r"no results for the baseline arm 'fp32' in group vit-s"
+    ):
+        compare_runs(runs)
+    other = [
+        with_(run, hyperparameters={**run.hyperparameters, "epochs": 5})
+        if run.model == "vit-s"
+        else run
+        for run in matrix()
+    ]
+    with pytest.raises(AmpbenchError, match=r"epochs \(.*2/5|epochs \(.*: 5"):
+        compare_runs(other)
+
+
+def test_the_fastest_arm_is_not_one_that_loses_accuracy_significantly() -> None:
+    runs = [
+        with_(run, accuracy=0.5 + 0.001 * run.seed)
+        if (run.model, run.precision.requested, batch_size_of(run)) == ("resnet18", "bf16", 512)
+        else run
+        for run in matrix()
+    ]
+    comparison = compare_runs(runs)
+    assert comparison.comparisons["resnet18 b512 bf16"].accuracy_delta_pp.excludes(0.0)
+    assert comparison.best_per_model["resnet18"] == "resnet18 b128 bf16"
+
+
+def test_time_to_target_is_compared_where_both_got_there_and_misses_are_named() -> None:
+    def reached(run: ArmResults, time_s: float | None) -> ArmResults:
+        return with_(run, time_to_target=TimeToTarget(0.7, time_s is not None, time_s, 1))
+
+    fp32 = [reached(arm_result("fp32", s, 0.70, 3000.0, 300.0), 100.0 + s) for s in range(3)]
+    amp = [
+        reached(arm_result("amp", s, 0.70, 1500.0, 100.0), t)
+        for s, t in enumerate((50.0, 40.0, None))
+    ]
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    this = comparison.comparisons["amp"]
+    assert this.time_to_target_ratio is not None and this.time_to_target_ratio.n == 2
+    assert this.time_to_target_ratio.value == pytest.approx(math.sqrt(100.0 / 50.0 * 101.0 / 40.0))
+    assert comparison.arms["amp"].target_reached == [0, 1]
+    assert comparison.arms["amp"].time_to_target_s.value == pytest.approx(45.0)
+    assert any(
+        "Never reached the target accuracy 0.7: amp seed 2" in w for w in comparison.warnings
+    )
+    header, rows = tables(comparison)["Arms"]
+    assert (
+        "time to target (s)" in header
+        and "(2 of 3 seeds)" in rows[1][header.index("time to target (s)")]
+    )
+    assert "Time-to-target ratio (fp32 / amp): " in render_text(comparison)
+
+
+def test_tflops_are_averaged_and_mfu_omitted_where_the_peak_is_unknown() -> None:
+    def computed(run: ArmResults, tflops: float, peak: float | None) -> ArmResults:
+        return with_(run, compute=Compute(10**9, tflops, peak, tflops / peak if peak else None))
+
+    fp32 = [computed(arm_result("fp32", s, 0.7, 1.0, 1.0), 40.0 + s, 60.0) for s in range(2)]
+    amp = [computed(arm_result("amp", s, 0.7, 1.0, 1.0), 400.0, None) for s in range(2)]
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    assert comparison.arms["fp32"].achieved_tflops.value == pytest.approx(40.5)
+    assert comparison.arms["fp32"].mfu.value == pytest.approx((40 / 60 + 41 / 60) / 2)
+    assert comparison.arms["amp"].mfu is None
+    assert "MFU not given: the device's peak is not known" in render_text(comparison)

@@ -11,6 +11,7 @@ from kfp import dsl, local
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
 from ampbench.components.train.config import TrainConfig
+from ampbench.matrix import matrix_runs
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.results import read_arm_results, read_comparison
 
@@ -77,9 +78,7 @@ def test_compare_component_in_the_pipeline_over_two_seeds(local_runner: Path) ->
         data="synthetic",
         subset=200,
         epochs=1,
-        batch_size=50,
-        seeds=[0, 1],
-        model_name="small-cnn",
+        runs=matrix_runs(["small-cnn"], [50], ["amp"], [0, 1]),
         allow_emulated=True,
         tracking=False,
     )

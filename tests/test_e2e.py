@@ -1,7 +1,8 @@
-"""`ampbench run` end to end: real CIFAR-10, the KFP local runner, MLflow, the RESULTS block.
+"""`ampbench run` end to end: real CIFAR-10, the KFP local runner, MLflow, the RESULTS block,
+for an experiment matrix of 2 models x 2 batch sizes x 2 precisions (8 training tasks).
 
-small-cnn and --allow-emulated: the flow is under test, on any CPU; the AMP arm is labelled
-emulated where the CPU has no native bf16."""
+Small models, 256 images, one epoch, --allow-emulated: the flow is under test, on any CPU; the
+AMP arms are labelled emulated where the CPU has no native bf16."""
 
 from __future__ import annotations
 
@@ -15,8 +16,13 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
+from ampbench.components.compare.plots import BATCH_PLOT, PLOTS
 from ampbench.results import read_arm_results, read_comparison
 
+MODELS = ("small-cnn", "vit-s")
+ARMS = [f"{m} b{b} {p}" for m in MODELS for b in (32, 64) for p in ("fp32", "amp")]
+# The headline pair: the first group's baseline and mixed-precision arms.
+FP32, AMP = ARMS[0], ARMS[1]
 RESULTS_BLOCK = re.compile(
     r"===== RESULTS =====\n"
     r"FP32 Accuracy: (?P<fp32_acc>\d\.\d{4})\n"
@@ -34,7 +40,8 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> 
     work = tmp_path_factory.mktemp("run")
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(cifar_archive)]
-    command += ["--subset", "256", "--epochs", "1", "--model", "small-cnn", "--allow-emulated"]
+    command += ["--subset", "256", "--epochs", "1", "--allow-emulated"]
+    command += ["--models", ",".join(MODELS), "--batch-sizes", "32,64", "--precisions", "amp"]
     command += ["--output-dir", str(work / "out")]
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -45,16 +52,18 @@ def test_prints_the_results_block(local_run: dict[str, Any]) -> None:
     match = RESULTS_BLOCK.search(local_run["stdout"])
     assert match, local_run["stdout"][-2000:]
     comparison = read_comparison(local_run["work"] / "out" / "results.json")
+    assert comparison.headline_arm == AMP
     assert float(match["fp32_time"]) == pytest.approx(
-        comparison.arms["fp32"].train_time_s.value, abs=0.006
+        comparison.arms[FP32].train_time_s.value, abs=0.006
     )
-    assert float(match["amp_acc"]) == pytest.approx(comparison.arms["amp"].accuracy.value, abs=6e-5)
+    assert float(match["amp_acc"]) == pytest.approx(comparison.arms[AMP].accuracy.value, abs=6e-5)
     assert float(match["amp_mem"]) == pytest.approx(
-        comparison.arms["amp"].train_peak_memory_mb.value, abs=0.006
+        comparison.arms[AMP].train_peak_memory_mb.value, abs=0.006
     )
     stdout = local_run["stdout"]
-    assert f"Steady-state speedup (images/s, amp / fp32): {comparison.speedup:.2f}x" in stdout
+    assert f"Steady-state speedup (images/s, {AMP} / {FP32}): {comparison.speedup:.2f}x" in stdout
     assert f"Verdict: {comparison.verdict}" in stdout
+    assert "Every arm against its group's fp32 baseline:" in stdout
     assert "results : " in stdout and "report  : " in stdout
 
 
@@ -62,36 +71,46 @@ def test_results_json_is_consistent_with_each_training_result(local_run: dict[st
     out = local_run["work"] / "out"
     comparison = read_comparison(out / "results.json")
     arms = comparison.arms
+    assert list(arms) == ARMS
     trained = [read_arm_results(path) for path in (out / "pipeline-root").rglob("results")]
-    by_precision = {r.precision.requested: r for r in trained}
-    assert set(by_precision) == {"fp32", "amp"}
-    fp32, amp = by_precision["fp32"], by_precision["amp"]
-    # One seed: the headline figures are the two runs' own ratios.
-    assert comparison.speedup == pytest.approx(
-        amp.timing.throughput_img_s / fp32.timing.throughput_img_s
-    )
-    assert comparison.end_to_end_ratio == pytest.approx(
-        fp32.timing.end_to_end_s / amp.timing.end_to_end_s
-    )
-    assert comparison.memory_ratio == pytest.approx(
-        amp.memory.train_peak_mb / fp32.memory.train_peak_mb
-    )
-    assert comparison.accuracy_delta_pp == pytest.approx(100 * (amp.accuracy - fp32.accuracy))
-    assert arms["fp32"].precision.autocast_dtype is None
-    assert arms["amp"].precision.autocast_dtype == "bfloat16"
-    assert arms["amp"].precision.emulated == ("amp" in comparison.emulated)
-    for arm, own in by_precision.items():
-        assert arms[arm].per_seed == [own]
+    by_arm = {
+        f"{r.model} b{r.hyperparameters['batch_size']} {r.precision.requested}": r for r in trained
+    }
+    assert sorted(by_arm) == sorted(ARMS)
+    for name, this in comparison.comparisons.items():
+        own, base = by_arm[name], by_arm[this.baseline]
+        # Each arm against its own group's baseline (same model and batch size), one seed.
+        assert (base.model, base.hyperparameters["batch_size"]) == (
+            own.model,
+            own.hyperparameters["batch_size"],
+        )
+        assert base.precision.requested == "fp32"
+        assert this.speedup.value == pytest.approx(
+            own.timing.throughput_img_s / base.timing.throughput_img_s
+        )
+        assert this.accuracy_delta_pp.value == pytest.approx(100 * (own.accuracy - base.accuracy))
+    assert set(comparison.comparisons) == {a for a in ARMS if a.endswith(" amp")}
+    for name, own in by_arm.items():
+        assert arms[name].per_seed == [own]
         assert own.dataset.train_images == 256 and len(own.epochs) == 1
         assert own.timing.warmup_s > 0 and own.timing.throughput_img_s > 0
         assert own.requested_resources is None
-    assert comparison.published_differences  # small-cnn on a CPU: a reference, not a reproduction
+        assert own.compute is not None and own.compute.flops_per_step > 0
+        assert own.compute.mfu is None  # no known peak for a CPU
+        expected = "bfloat16" if own.precision.requested == "amp" else None
+        assert own.precision.autocast_dtype == expected
+    assert set(comparison.best_per_model) == set(MODELS)
+    assert comparison.published_differences  # a CPU matrix: a reference, not a reproduction
     report = (out / "report.md").read_text()
     assert "===== RESULTS =====" in report and "3219.65" in report
+    assert "## At a glance" in report
     assert "## Published run, for reference only: not a reproduction (model small-cnn" in report
-    assert (out / "report.html").read_text().count("data:image/png;base64,") == 3
-    assert len(list((out / "plots").glob("*.png"))) == 3
-    assert sorted(p.name for p in (out / "models").iterdir()) == ["amp-seed0.pt", "fp32-seed0.pt"]
+    plots = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert plots == sorted([*PLOTS, BATCH_PLOT])
+    assert (out / "report.html").read_text().count("data:image/png;base64,") == len(plots)
+    assert sorted(p.name for p in (out / "models").iterdir()) == sorted(
+        f"{m}-b{b}-{p}-seed0.pt" for m in MODELS for b in (32, 64) for p in ("fp32", "amp")
+    )
 
 
 def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[str, Any]) -> None:
@@ -103,13 +122,25 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 1 and len(children) == 2
+    assert len(parents) == 1 and len(children) == len(ARMS)
     parent = parents[0]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
-    assert {c.data.tags["ampbench.precision"] for c in children} == {"fp32", "amp"}
+    # Tagged so that the compare view groups them by precision, batch size and model.
+    tags = {
+        (
+            c.data.tags["ampbench.model"],
+            c.data.tags["ampbench.batch_size"],
+            c.data.tags["ampbench.precision"],
+        )
+        for c in children
+    }
+    assert tags == {(m, str(b), p) for m in MODELS for b in (32, 64) for p in ("fp32", "amp")}
     for child in children:
         assert child.data.params["epochs"] == "1"
-        assert child.data.params["batch_size"] == "128"
+        assert child.data.params["batch_size"] == child.data.tags["ampbench.batch_size"]
+        assert child.data.tags["ampbench.group"] == (
+            f"{child.data.tags['ampbench.model']}, batch {child.data.tags['ampbench.batch_size']}"
+        )
         history = client.get_metric_history(child.info.run_id, "test_accuracy")
         assert [m.step for m in history] == [1]
         assert child.data.metrics["train_time_s"] > 0
@@ -119,7 +150,9 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         assert child.data.params["precision.autocast_dtype"] in ("none", "bfloat16")
         assert child.info.status == "FINISHED"
     assert parent.data.metrics["speedup"] > 0 and parent.data.metrics["end_to_end_ratio"] > 0
-    assert parent.data.params["baseline"] == "fp32" and parent.data.params["arms"] == "fp32,amp"
-    assert parent.data.params["model"] == "small-cnn" and parent.data.params["seeds"] == "0"
+    assert parent.data.params["baseline"] == "fp32" and parent.data.params["arms"] == ",".join(ARMS)
+    assert parent.data.params["models"] == ", ".join(MODELS) and parent.data.params["seeds"] == "0"
+    assert parent.data.params["batch_sizes"] == "32, 64"
+    assert parent.data.metrics[f"{ARMS[-1].replace(' ', '_')}.speedup"] > 0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"results.json", "report.md", "report.html", "plots"} <= artifacts

@@ -40,18 +40,34 @@ def test_parses_back_into_kfp_protobuf(compiled: list[dict[str, Any]]) -> None:
     assert message.pipeline_info.name == "ampbench"
 
 
-def test_four_steps_with_two_training_tasks_of_one_component(
+def test_four_steps_and_a_training_task_per_run_of_the_matrix(
     compiled: list[dict[str, Any]],
 ) -> None:
-    tasks = all_tasks(compiled[0])
-    assert {"prepare", "train-fp32", "train-amp", "compare"} <= set(tasks)
+    from ampbench.matrix import DEFAULT_RUNS
+
     spec = compiled[0]
-    # The same component (same code) twice: the compiler names the copies apart.
-    assert executor_of(spec, tasks["train-fp32"]) == executor_of(spec, tasks["train-amp"])
-    fp32 = tasks["train-fp32"]["inputs"]["parameters"]["precision"]
-    amp = tasks["train-amp"]["inputs"]["parameters"]["precision"]
-    assert fp32 == {"componentInputParameter": "pipelinechannel--baseline_precision"}
-    assert amp == {"componentInputParameter": "pipelinechannel--amp_precision"}
+    tasks = all_tasks(spec)
+    assert set(tasks) == {"prepare", "for-loop-1", "train", "compare"}
+    loop = spec["root"]["dag"]["tasks"]["for-loop-1"]
+    assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--runs"}
+    # Each training task takes its arm and seed from its item of the `runs` list.
+    inputs = tasks["train"]["inputs"]["parameters"]
+    for parameter, key in (("precision", "precision"), ("batch_size", "batch_size"),
+                           ("seed", "seed"), ("model_name", "model")):  # fmt: skip
+        assert inputs[parameter] == {
+            "componentInputParameter": "pipelinechannel--runs-loop-item",
+            "parameterExpressionSelector": f'parseJson(string_value)["{key}"]',
+        }
+    default = spec["root"]["inputDefinitions"]["parameters"]["runs"]["defaultValue"]
+    assert default == DEFAULT_RUNS  # the published pair (KFP writes 128 as 128.0: equal)
+    # compare gathers every training task's results.
+    compare = tasks["compare"]["inputs"]["artifacts"]["results"]
+    assert compare == {
+        "taskOutputArtifact": {
+            "outputArtifactKey": "pipelinechannel--train-results",
+            "producerTask": "for-loop-1",
+        }
+    }
 
 
 def test_training_tasks_request_one_gpu_and_the_others_none(
@@ -62,7 +78,7 @@ def test_training_tasks_request_one_gpu_and_the_others_none(
     assert defaults["gpu_resource"]["defaultValue"] == "nvidia.com/gpu"
     assert defaults["gpu_count"]["defaultValue"] == 1
     tasks = all_tasks(spec)
-    for name in ("train-fp32", "train-amp"):
+    for name in ("train",):
         accelerator = executor_of(spec, tasks[name])["resources"]["accelerator"]
         assert "pipelinechannel--gpu_resource" in accelerator["resourceType"]
         assert "pipelinechannel--gpu_count" in accelerator["resourceCount"]
@@ -113,7 +129,7 @@ def test_every_parameter_a_task_uses_reaches_its_dag(compiled: list[dict[str, An
 
 def test_training_tasks_are_scheduled_on_gpu_nodes(compiled: list[dict[str, Any]]) -> None:
     tasks = all_tasks(compiled[0])
-    for name in ("train-fp32", "train-amp"):
+    for name in ("train",):
         platform = platform_of(compiled, tasks[name])
         assert platform["tolerations"] == [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -135,7 +151,7 @@ def test_credentials_come_from_secrets_and_config_maps_only(
     compiled: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tasks = all_tasks(compiled[0])
-    for name in ("prepare", "train-fp32", "train-amp", "compare"):
+    for name in ("prepare", "train", "compare"):
         platform = platform_of(compiled, tasks[name])
         (secret,) = platform["secretAsEnv"]
         assert "secretNameParameter" in secret and "secretName" not in secret
@@ -158,7 +174,7 @@ def test_no_step_is_answered_from_the_cache(compiled: list[dict[str, Any]]) -> N
     """Prepare checks the tracking set-up and the settings before any GPU time is spent: it
     must run each time; the training and compare steps are measurements."""
     tasks = all_tasks(compiled[0])
-    for name in ("prepare", "train-fp32", "train-amp", "compare"):
+    for name in ("prepare", "train", "compare"):
         assert tasks[name]["cachingOptions"].get("enableCache", False) is False
 
 
@@ -176,28 +192,19 @@ def test_prepare_requests_cpu_and_memory_and_checks_the_settings(
     inputs = task["inputs"]["parameters"]
     for name, parameter in (
         ("tracking", "tracking"),
-        ("batch_size", "batch_size"),
-        ("model_name", "model_name"),
+        ("runs", "runs"),
+        ("baseline_precision", "baseline_precision"),
+        ("train_image_size", "image_size"),
+        ("epochs", "epochs"),
     ):
         assert inputs[name] == {"componentInputParameter": parameter}
 
 
-def test_sequential_schedule_trains_one_arm_after_the_other(tmp_path: Path) -> None:
+def test_sequential_schedule_trains_one_run_after_the_other(tmp_path: Path) -> None:
     spec = yaml.safe_load_all(
         compile_pipeline(tmp_path / "s.yaml", schedule="sequential").read_text()
     )
-    spec = next(spec)
-    tasks = all_tasks(spec)
-    assert tasks["train-fp32"]["taskInfo"]["name"] == "train-fp32"
-    fp32_task = next(
-        name
-        for c in spec["components"].values()
-        if "dag" in c
-        for name, t in c["dag"]["tasks"].items()
-        if t["taskInfo"]["name"] == "train-fp32"
-    )
-    assert fp32_task in tasks["train-amp"]["dependentTasks"]
-    loop = spec["root"]["dag"]["tasks"]["for-loop-1"]
+    loop = next(spec)["root"]["dag"]["tasks"]["for-loop-1"]
     assert loop["iteratorPolicy"]["parallelismLimit"] == 1
 
 
@@ -209,11 +216,10 @@ def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str,
 
     spec = compiled[0]
     pipeline = spec["root"]["inputDefinitions"]["parameters"]
-    for name, field in (("epochs", "epochs"), ("batch_size", "batch_size"), ("lr", "lr"),
-                        ("model_name", "model"), ("subset", "subset")):  # fmt: skip
+    for name, field in (("epochs", "epochs"), ("lr", "lr"), ("subset", "subset"),
+                        ("image_size", "image_size")):  # fmt: skip
         assert pipeline[name]["defaultValue"] == getattr(TrainConfig, field), name
-    assert pipeline["seeds"]["defaultValue"] == [TrainConfig.seed]
-    train_task = all_tasks(spec)["train-amp"]
+    train_task = all_tasks(spec)["train"]
     component = spec["components"][train_task["componentRef"]["name"]]
     inputs = component["inputDefinitions"]["parameters"]
     source = " ".join(executor_of(spec, train_task)["command"])

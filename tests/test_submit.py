@@ -14,6 +14,7 @@ from kfp_standin import KfpStandIn
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.cli import build_parser, main
+from ampbench.matrix import matrix_runs
 from ampbench.pipelines import submit
 from ampbench.pipelines.compile import compile_pipeline
 
@@ -100,7 +101,7 @@ def test_submit_sends_the_compiled_spec_typed_parameters_and_the_token(
         *("--experiment", "amp-study", "--run-name", "first"),
         *("--image", "registry.example/ampbench:test", "--schedule", "sequential"),
         *("--epochs", "3", "--lr", "1", "--seeds", "0,1,2", "--no-tracking"),
-        *("--mlflow-experiment", "mlflow-exp", "--model-name", "small-cnn"),
+        *("--mlflow-experiment", "mlflow-exp", "--models", "small-cnn"),
     )
     assert code == 0, err
     (create,) = standin.matching("POST", RUNS)
@@ -113,14 +114,13 @@ def test_submit_sends_the_compiled_spec_typed_parameters_and_the_token(
     assert parameters == {
         "epochs": 3,
         "lr": 1.0,
-        "seeds": [0, 1, 2],
+        "runs": matrix_runs(["small-cnn"], [128], ["amp"], [0, 1, 2]),
         "tracking": False,
         "experiment": "mlflow-exp",
-        "model_name": "small-cnn",
     }
     assert type(parameters["epochs"]) is int
     assert type(parameters["lr"]) is float
-    assert all(type(seed) is int for seed in parameters["seeds"])
+    assert all(type(run["seed"]) is int for run in parameters["runs"])
     assert type(parameters["tracking"]) is bool
     # The KFP experiment was made under its own name and holds the run.
     (experiment,) = standin.experiments.values()

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,7 +113,8 @@ def test_export_copies_report_plots_results_and_models(
     bucket, prefix = proxied_run["export"].removeprefix("s3://").split("/", 1)
     keys = {key.removeprefix(prefix + "/") for key in rgw.list_keys(bucket, prefix)}
     assert {"results.json", "report.md", "report.html"} <= keys
-    assert {"models/fp32-seed0.pt", "models/amp-seed0.pt"} <= keys
+    models = {"models/small-cnn-b25-fp32-seed0.pt", "models/small-cnn-b25-amp-seed0.pt"}
+    assert models <= keys
     assert len([k for k in keys if k.startswith("plots/")]) == 3
     local = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
     body = rgw.client().get_object(Bucket=bucket, Key=f"{prefix}/results.json")["Body"].read()
@@ -218,3 +220,28 @@ def test_server_down_to_the_end_fails_after_writing_the_outputs(
     assert "metric values" in message and "\n" not in message
     assert read_arm_results(tmp_path / "results.json").accuracy is not None
     assert (tmp_path / "model.pt").is_file()
+
+
+def test_system_metrics_are_sampled_on_a_thread_and_sent_with_the_epochs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow's own collectors under its `system/` names (the run's System metrics tab), held
+    until the next flush: the sampler itself never talks to MLflow."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    sampler = tracking.SystemMetrics(interval_s=0.05)
+    run = tracking.ArmRun("system", "sampled", {}, {"a": 1}, sampler)
+    assert run.run_id is not None
+    sampler.start()
+    client = MlflowClient(uri)
+    deadline = time.monotonic() + 10
+    while len(sampler.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not client.get_run(run.run_id).data.metrics  # sampled, not yet sent
+    assert run.flush()
+    history = client.get_metric_history(run.run_id, "system/cpu_utilization_percentage")
+    assert len(history) >= 3 and [m.step for m in history] == list(range(len(history)))
+    memory = client.get_run(run.run_id).data.metrics["system/system_memory_usage_megabytes"]
+    assert memory > 0
+    run.finish({})
+    assert not sampler._thread.is_alive()

@@ -147,8 +147,8 @@ def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(
 
 
 def test_unknown_precision_is_an_error() -> None:
-    with pytest.raises(AmpbenchError, match="'fp8' is not one of"):
-        resolve("fp8", CPU)
+    with pytest.raises(AmpbenchError, match="'fp4' is not one of"):
+        resolve("fp4", CPU)
 
 
 @pytest.mark.parametrize(
@@ -297,14 +297,18 @@ def test_invalid_settings_are_named(synthetic_dataset: Path) -> None:
     [
         ({"batch_size": 41}, "--batch-size 41: larger than the 40 training images"),
         ({"batch_size": 11, "subset": 10}, "--batch-size 11: larger than the 10 training"),
-        ({"model": "small-cnn"}, "--model small-cnn: needs images of at least 8x8 pixels; these"),
+        ({"model": "small-cnn"}, "--model small-cnn: cannot take 3x6x6 images"),
         ({"model": "vgg"}, "--model: 'vgg' is not one of"),
     ],
 )
 def test_settings_the_prepared_data_rules_out(settings: dict, pattern: str) -> None:
     from ampbench.components.train.config import check_against_dataset
 
-    metadata = {"counts": {"train": 40, "test": 8}, "image_shape": [6, 6, 3]}
+    metadata = {
+        "counts": {"train": 40, "test": 8},
+        "image_shape": [6, 6, 3],
+        "classes": list("abc"),
+    }
     with pytest.raises(AmpbenchError, match=pattern):
         check_against_dataset(metadata, **settings)
     check_against_dataset(metadata, batch_size=40, model="resnet18")  # what fits passes

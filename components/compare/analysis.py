@@ -1,12 +1,14 @@
 """The comparison of arms: paired by seed, and refused when the arms differ in more than
 precision.
 
-Every run compared must share device model, model, data set, image shape, image counts,
-software versions and every hyperparameter but the seed; a difference is one line naming it
-(`--allow-mismatch` compares anyway, with a warning in front of every figure). Only seeds
-that every arm ran are compared; the others are left out and named. Ratios and deltas are
-taken per seed and summarised as stats.py says; the verdict sentence says what they show and
-whether it is significant.
+Arms fall into groups by the settings an experiment matrix varies besides precision (model
+and batch size): each group has its own baseline arm (strict fp32 by default), and each arm is
+compared with its group's baseline only. Every run compared must share device model, data set,
+image shape, image counts, software versions and every hyperparameter but the seed and the
+group's own settings; a difference is one line naming it (`--allow-mismatch` compares anyway,
+with a warning in front of every figure). Only seeds that every arm ran are compared; the
+others are left out and named. Ratios and deltas are taken per seed and summarised as
+stats.py says; the verdict sentence says what they show and whether it is significant.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ampbench.components.compare.stats import mean_estimate, ratio_estimate
 from ampbench.errors import AmpbenchError
+from ampbench.matrix import group_label
 from ampbench.results import (
     COMPARISON_SCHEMA_VERSION,
     ArmComparison,
@@ -67,6 +70,9 @@ SHARED: dict[str, Callable[[ArmResults], object]] = {
 # are written (their time is kept out of the training time).
 FREE_HYPERPARAMETERS = {"seed", "precision", "checkpoint_every"}
 CHANCE_P_VALUE = 0.01  # accuracy above chance only if a binomial test says so at this level
+# The settings an experiment matrix varies besides precision, as shared_settings names them:
+# arms that differ in these are compared within their group, never across.
+MATRIX_SETTINGS = ("model", "batch size")
 
 
 def shared_settings(run: ArmResults) -> dict[str, str]:
@@ -77,12 +83,17 @@ def shared_settings(run: ArmResults) -> dict[str, str]:
     return settings
 
 
-def differences(arms: Mapping[str, Sequence[ArmResults]]) -> list[str]:
-    """Each setting that is not the same in every run, with its values per arm."""
+def differences(
+    arms: Mapping[str, Sequence[ArmResults]], group_by: Sequence[str] = ()
+) -> list[str]:
+    """Each setting that is not the same in every run, with its values per arm (the group
+    settings `group_by` may differ)."""
     per_arm = {name: [shared_settings(run) for run in runs] for name, runs in arms.items()}
     keys = list(dict.fromkeys(key for runs in per_arm.values() for s in runs for key in s))
     found = []
     for key in keys:
+        if key in group_by:
+            continue
         values = {
             name: sorted({s.get(key, "unrecorded") for s in runs}) for name, runs in per_arm.items()
         }
@@ -122,10 +133,22 @@ def _mean_epochs(runs: Sequence[ArmResults]) -> list[dict[str, float]]:
     return epochs
 
 
-def summarize(name: str, runs: Sequence[ArmResults]) -> ArmSummary:
+def _estimate_all(values: Sequence[float | None]) -> Estimate | None:
+    """The mean over seeds, or None if any seed lacks the figure (or there is none): a mean
+    over some seeds would pass for one over all of them."""
+    if not values or any(value is None for value in values):
+        return None
+    return mean_estimate([value for value in values if value is not None])
+
+
+def summarize(name: str, runs: Sequence[ArmResults], group: str, baseline_arm: str) -> ArmSummary:
     return ArmSummary(
         name=name,
         precision=runs[0].precision,
+        model=runs[0].model,
+        batch_size=batch_size_of(runs[0]),
+        group=group,
+        baseline_arm=baseline_arm,
         seeds=[run.seed for run in runs],
         accuracy=mean_estimate([run.accuracy for run in runs]),
         train_time_s=mean_estimate([run.timing.train_time_s for run in runs]),
@@ -133,6 +156,22 @@ def summarize(name: str, runs: Sequence[ArmResults]) -> ArmSummary:
         end_to_end_s=mean_estimate([run.timing.end_to_end_s for run in runs]),
         train_peak_memory_mb=mean_estimate([run.memory.train_peak_mb for run in runs]),
         total_peak_memory_mb=mean_estimate([run.memory.total_peak_mb for run in runs]),
+        achieved_tflops=_estimate_all(
+            [r.compute.achieved_tflops if r.compute else None for r in runs]
+        ),
+        mfu=_estimate_all([r.compute.mfu if r.compute else None for r in runs]),
+        time_to_target_s=_estimate_all(
+            [
+                r.time_to_target.train_time_s
+                for r in runs
+                if r.time_to_target and r.time_to_target.reached
+            ]
+        ),
+        target_reached=(
+            [r.seed for r in runs if r.time_to_target.reached]  # type: ignore[union-attr]
+            if all(r.time_to_target for r in runs)
+            else None
+        ),
         epochs=_mean_epochs(runs),
         per_seed=list(runs),
     )
@@ -162,6 +201,15 @@ def pair(
     memory = _memory_ratios(base, arm, lambda r: r.memory.train_peak_mb)
     total = _memory_ratios(base, arm, lambda r: r.memory.total_peak_mb)
     deltas = [100.0 * (a.accuracy - b.accuracy) for b, a in zip(base, arm, strict=True)]
+    # MLPerf's comparison: time to the target, baseline over arm, where both got there.
+    to_target = [
+        b.time_to_target.train_time_s / a.time_to_target.train_time_s
+        for b, a in zip(base, arm, strict=True)
+        if b.time_to_target
+        and a.time_to_target
+        and b.time_to_target.train_time_s
+        and a.time_to_target.train_time_s
+    ]
     note = None
     if memory is None:
         note = (
@@ -177,6 +225,7 @@ def pair(
         memory_ratio=ratio_estimate(memory) if memory else None,
         total_memory_ratio=ratio_estimate(total) if total else None,
         accuracy_delta_pp=mean_estimate(deltas),
+        time_to_target_ratio=ratio_estimate(to_target) if to_target else None,
         per_seed={
             "speedup": list(speedups),
             "end_to_end_ratio": list(end_to_end),
@@ -185,6 +234,62 @@ def pair(
         },
         note=note,
     )
+
+
+def batch_size_of(run: ArmResults) -> int:
+    return int(run.hyperparameters["batch_size"])  # type: ignore[arg-type]
+
+
+def group_name(run: ArmResults) -> str:
+    return group_label(run.model, batch_size_of(run))
+
+
+def arm_label(run: ArmResults, models_vary: bool, batch_sizes_vary: bool) -> str:
+    """An arm's name in a matrix: the precision, after what else varies (`vit-s b512 bf16`);
+    in the two-arm experiment just the precision."""
+    parts = [run.model] if models_vary else []
+    parts += [f"b{batch_size_of(run)}"] if batch_sizes_vary else []
+    return " ".join([*parts, run.precision.requested])
+
+
+def best_per_model(
+    summaries: Mapping[str, ArmSummary], comparisons: Mapping[str, ArmComparison]
+) -> dict[str, str]:
+    """Per model, the arm with the most training images/s whose accuracy is not
+    significantly below its group's baseline (an interval wholly below 0 pp; with one seed
+    there is no interval, and no arm is ruled out)."""
+    best: dict[str, str] = {}
+    for name, arm in summaries.items():
+        this = comparisons.get(name)
+        if (
+            this is not None
+            and this.accuracy_delta_pp.excludes(0.0)
+            and (this.accuracy_delta_pp.value < 0)
+        ):
+            continue
+        current = best.get(arm.model)
+        if current is None or arm.throughput_img_s.value > (
+            summaries[current].throughput_img_s.value
+        ):
+            best[arm.model] = name
+    return best
+
+
+def best_sentence(
+    best: Mapping[str, str],
+    summaries: Mapping[str, ArmSummary],
+    comparisons: Mapping[str, ArmComparison],
+) -> str:
+    """`Fastest per model without a significant accuracy loss: resnet18: b512 bf16 (...)`."""
+    parts = []
+    for model, name in best.items():
+        arm = summaries[name]
+        text = f"{model}: {arm.precision.requested} at batch {arm.batch_size} "
+        text += f"({arm.throughput_img_s.value:,.1f} images/s"
+        if name in comparisons:
+            text += f", {comparisons[name].speedup.value:.2f}x its {arm.baseline_arm} baseline"
+        parts.append(text + ")")
+    return "Fastest per model without a significant accuracy loss: " + "; ".join(parts) + "."
 
 
 def above_chance(run: ArmResults) -> bool:
@@ -200,14 +305,18 @@ def above_chance(run: ArmResults) -> bool:
     )
 
 
-def published_differences(run: ArmResults, baseline: str, headline: str) -> list[str]:
+def published_differences(
+    run: ArmResults, baseline: str, headline: str, arm_count: int = 2
+) -> list[str]:
     """How our setup differs from the published run's (empty: a reproduction)."""
     found = [
         f"{key} {value_of(run)} (published: {PUBLISHED_VALUES[key]})"
         for key, value_of in PUBLISHED_SETUP.items()
         if value_of(run) != PUBLISHED_VALUES[key]
     ]
-    if (baseline, headline) != ("fp32", "amp"):
+    if arm_count > 2:
+        found.append(f"a matrix of {arm_count} arms (published: fp32 and amp)")
+    elif (baseline, headline) != ("fp32", "amp"):
         found.append(f"arms {baseline} and {headline} (published: fp32 and amp)")
     return found
 
@@ -282,23 +391,67 @@ def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_cha
     return sentence
 
 
+def compare_runs(
+    runs: Sequence[ArmResults], baseline: str = "fp32", allow_mismatch: bool = False
+) -> Comparison:
+    """An experiment matrix's runs (any models, batch sizes, precisions and seeds), each arm
+    named by arm_label and compared within its (model, batch size) group."""
+    if not runs:
+        raise AmpbenchError("no training results to compare")
+    models_vary = len({run.model for run in runs}) > 1
+    batch_sizes_vary = len({batch_size_of(run) for run in runs}) > 1
+    # The order of a matrix whatever the order the runs come in (KFP collects them as they
+    # finish): models and precisions as first seen, batch sizes ascending, baselines first.
+    models = list(dict.fromkeys(run.model for run in runs))
+    precisions = list(dict.fromkeys(run.precision.requested for run in runs))
+    runs = sorted(
+        runs,
+        key=lambda run: (
+            models.index(run.model),
+            batch_size_of(run),
+            run.precision.requested != baseline,
+            precisions.index(run.precision.requested),
+        ),
+    )
+    arms: dict[str, list[ArmResults]] = {}
+    for run in runs:
+        arms.setdefault(arm_label(run, models_vary, batch_sizes_vary), []).append(run)
+    return compare_arms(arms, baseline, allow_mismatch, group_by=MATRIX_SETTINGS)
+
+
 def compare_arms(
     arms: Mapping[str, Sequence[ArmResults]],
     baseline: str = "fp32",
     allow_mismatch: bool = False,
+    group_by: Sequence[str] = (),
 ) -> Comparison:
-    """Every arm against `baseline`; see the module docstring."""
-    if baseline not in arms:
-        raise AmpbenchError(f"no results for the baseline arm '{baseline}'")
-    if len(arms) < 2:
-        raise AmpbenchError(f"nothing to compare: only the baseline arm '{baseline}' has results")
+    """Every arm against its group's `baseline` precision; see the module docstring.
+
+    group_by: the settings (of MATRIX_SETTINGS) that put arms into groups; without it all arms
+    form one group and must agree in everything but precision and seed.
+    """
     by_seed = {name: _by_seed(runs, name) for name, runs in arms.items()}
-    found = differences(arms)
+    found = differences(arms, group_by)
     if found and not allow_mismatch:
         raise AmpbenchError(
             f"the arms differ in more than precision: {'; '.join(found)}; refused, since the "
             "figures would not be precision's alone (--allow-mismatch compares them anyway)"
         )
+    if group_by:
+        group_of = {name: group_name(runs[0]) for name, runs in arms.items()}
+    else:  # one group, which the check above has made the same model and batch size
+        group_of = dict.fromkeys(arms, group_name(next(iter(arms.values()))[0]))
+    groups = list(dict.fromkeys(group_of.values()))
+    baseline_of: dict[str, str] = {}
+    for group in groups:
+        members = [name for name in arms if group_of[name] == group]
+        bases = [name for name in members if arms[name][0].precision.requested == baseline]
+        if not bases:
+            where = f" in group {group}" if group_by else ""
+            raise AmpbenchError(f"no results for the baseline arm '{baseline}'{where}")
+        baseline_of.update(dict.fromkeys(members, bases[0]))
+    if all(name == baseline_of[name] for name in arms):
+        raise AmpbenchError(f"nothing to compare: only the baseline arm '{baseline}' has results")
     common = sorted(set.intersection(*(set(seeds) for seeds in by_seed.values())))
     if not common:
         listed = "; ".join(
@@ -311,13 +464,17 @@ def compare_arms(
         if set(seeds) - set(common)
     }
     paired = {name: [seeds[s] for s in common] for name, seeds in by_seed.items()}
-    summaries = {name: summarize(name, runs) for name, runs in paired.items()}
-    comparisons = {
-        name: pair(baseline, paired[baseline], name, runs)
+    summaries = {
+        name: summarize(name, runs, group_of[name], baseline_of[name])
         for name, runs in paired.items()
-        if name != baseline
+    }
+    comparisons = {
+        name: pair(baseline_of[name], paired[baseline_of[name]], name, runs)
+        for name, runs in paired.items()
+        if name != baseline_of[name]
     }
     headline = next(iter(comparisons))
+    headline_baseline = baseline_of[headline]
     at_chance_runs = [
         f"{name} seed {run.seed}"
         for name, runs in paired.items()
@@ -332,7 +489,7 @@ def compare_arms(
         if run.resumed_from
     ]
     emulated = [name for name, summary in summaries.items() if summary.precision.emulated]
-    first = paired[baseline][0]
+    first = paired[headline_baseline][0]
     warnings = []
     if found:
         warnings.append(
@@ -369,21 +526,51 @@ def compare_arms(
             f"Accuracy is at chance level (1/{first.dataset.classes}) in "
             f"{', '.join(at_chance_runs)}: too short (or diverged) to judge accuracy."
         )
+    missed = [
+        f"{name} seed {run.seed}"
+        for name, runs in paired.items()
+        for run in runs
+        if run.time_to_target and not run.time_to_target.reached
+    ]
+    if missed:
+        target = first.time_to_target.target_accuracy if first.time_to_target else None
+        warnings.append(
+            f"Never reached the target accuracy {target}: {', '.join(missed)} (their time "
+            "to target is left out, and so are their pairs in the time-to-target ratio)."
+        )
     this = comparisons[headline]
-    settings = {
-        **shared_settings(first),
-        "parameters": f"{first.parameters:,}",
-        "dataset source": first.dataset.source,
-        "memory measured": first.memory.kind,
-        "seeds": ", ".join(map(str, common)),
-        "python": first.versions.python,
-        "ampbench": first.versions.ampbench,
+    varying = {
+        key: sorted({shared_settings(r)[key] for r in runs_of(paired)}, key=_natural)
+        for key in group_by
     }
+    settings = {
+        key: value
+        for key, value in shared_settings(first).items()
+        if len(varying.get(key, ())) <= 1
+    }
+    settings.update(
+        {f"{key}s": ", ".join(values) for key, values in varying.items() if len(values) > 1}
+    )
+    if len(varying.get("model", ())) <= 1:
+        settings["parameters"] = f"{first.parameters:,}"
+    settings.update(
+        {
+            "dataset source": first.dataset.source,
+            "memory measured": first.memory.kind,
+            "seeds": ", ".join(map(str, common)),
+            "python": first.versions.python,
+            "ampbench": first.versions.ampbench,
+        }
+    )
+    best = best_per_model(summaries, comparisons)
+    sentence = verdict(this, summaries[headline], summaries[headline_baseline], at_chance)
+    if len(groups) > 1:
+        sentence += " " + best_sentence(best, summaries, comparisons)
     return Comparison(
         schema_version=COMPARISON_SCHEMA_VERSION,
         baseline=baseline,
         headline_arm=headline,
-        verdict=verdict(this, summaries[headline], summaries[baseline], at_chance),
+        verdict=sentence,
         warnings=warnings,
         accuracy_at_chance=at_chance,
         settings=settings,
@@ -393,9 +580,20 @@ def compare_arms(
         mismatches=found,
         resumed=resumed,
         emulated=emulated,
-        published_differences=published_differences(first, baseline, headline),
+        published_differences=published_differences(first, baseline, headline, len(arms)),
+        groups=groups,
+        best_per_model=best,
         speedup=this.speedup.value,
         end_to_end_ratio=this.end_to_end_ratio.value,
         memory_ratio=this.memory_ratio.value if this.memory_ratio else None,
         accuracy_delta_pp=this.accuracy_delta_pp.value,
     )
+
+
+def _natural(value: str) -> tuple[int, str]:
+    """Numbers by value (batch 64 before 512), then text."""
+    return (int(value), "") if value.isdigit() else (2**62, value)
+
+
+def runs_of(arms: Mapping[str, Sequence[ArmResults]]) -> list[ArmResults]:
+    return [run for runs in arms.values() for run in runs]

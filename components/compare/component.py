@@ -4,35 +4,28 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION
+from ampbench.components.train import BASELINE_PRECISION
 from ampbench.tracking import DEFAULT_EXPERIMENT
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
-@with_defaults(
-    {
-        "baseline_precision": BASELINE_PRECISION,
-        "amp_precision": AMP_PRECISION,
-        "experiment": DEFAULT_EXPERIMENT,
-    }
-)
+@with_defaults({"baseline_precision": BASELINE_PRECISION, "experiment": DEFAULT_EXPERIMENT})
 def compare(
-    baseline_results: dsl.Input[list[dsl.Artifact]],
-    amp_results: dsl.Input[list[dsl.Artifact]],
+    results: dsl.Input[list[dsl.Artifact]],
     comparison: dsl.Output[dsl.Artifact],
     report: dsl.Output[dsl.Markdown],
     report_html: dsl.Output[dsl.HTML],
     plots: dsl.Output[dsl.Artifact],
     metrics: dsl.Output[dsl.Metrics],
     baseline_precision: str,
-    amp_precision: str,
     experiment: str,
     pipeline_run_id: str = "",
     tracking: bool = True,
     max_accuracy_drop: float = -1.0,
     allow_mismatch: bool = False,
 ) -> None:
-    """Compare the AMP arm with the baseline arm over all seeds; fail on a too-large drop.
+    """Compare every arm with its (model, batch size) group's baseline arm over all seeds;
+    fail on a too-large drop.
 
     allow_mismatch: compare arms that differ in more than precision (say, GPU models), with a
     warning in the report, instead of refusing.
@@ -51,10 +44,7 @@ def compare(
     setup_logging()
     with reported_as_step("compare"):
         outcome = run_comparison(
-            {
-                baseline_precision: [Path(a.path) for a in baseline_results],
-                amp_precision: [Path(a.path) for a in amp_results],
-            },
+            [Path(artifact.path) for artifact in results],
             CompareOutputs(
                 Path(comparison.path), Path(report.path), Path(report_html.path), Path(plots.path)
             ),

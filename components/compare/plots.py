@@ -15,7 +15,13 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 from ampbench.results import ArmSummary, Comparison, Estimate
 
 PLOTS = ("curves.png", "throughput.png", "memory.png")
+# Only for a matrix with several batch sizes: throughput and memory against batch size.
+BATCH_PLOT = "batch_scaling.png"
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
+
+
+def _color(index: int) -> str:
+    return COLORS[index % len(COLORS)]
 
 
 def _error_bars(estimates: list[Estimate]) -> list[list[float]] | None:
@@ -35,11 +41,55 @@ def _bars(ax: Any, arms: dict[str, ArmSummary], estimates: list[Estimate], ylabe
         [e.value for e in estimates],
         yerr=_error_bars(estimates),
         capsize=6,
-        color=COLORS[: len(names)],
+        color=[_color(i) for i in range(len(names))],
     )
     ax.bar_label(bars, fmt="%.1f", padding=3)
     ax.set_ylabel(ylabel)
     ax.margins(y=0.15)
+    if len(names) > 3:  # a matrix's arm names would overlap side by side
+        ax.tick_params(axis="x", labelrotation=45)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+
+
+def _batch_scaling(comparison: Comparison, path: Path) -> None:
+    """Throughput and training peak memory against batch size, a line per precision, a row
+    of panels per model: where each precision's gain grows or fades with the batch."""
+    models = list(dict.fromkeys(arm.model for arm in comparison.arms.values()))
+    precisions = list(dict.fromkeys(a.precision.requested for a in comparison.arms.values()))
+    figure, axes = plt.subplots(len(models), 2, figsize=(10, 4 * len(models)), squeeze=False)
+    for row, model in zip(axes, models, strict=True):
+        for index, precision in enumerate(precisions):
+            arms = sorted(
+                (
+                    a
+                    for a in comparison.arms.values()
+                    if a.model == model and a.precision.requested == precision
+                ),
+                key=lambda a: a.batch_size,
+            )
+            for ax, estimates in (
+                (row[0], [a.throughput_img_s for a in arms]),
+                (row[1], [a.train_peak_memory_mb for a in arms]),
+            ):
+                ax.errorbar(
+                    [a.batch_size for a in arms],
+                    [e.value for e in estimates],
+                    yerr=_error_bars(estimates),
+                    fmt="o-",
+                    capsize=4,
+                    color=_color(index),
+                    label=precision,
+                )
+        for ax, ylabel in zip(row, ("images/s (after warm-up)", "training peak (MB)"), strict=True):
+            ax.set(xlabel="batch size", ylabel=ylabel, title=f"{model}: {ylabel}")
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.grid(alpha=0.3, which="both")
+            ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def _curves(comparison: Comparison, path: Path) -> None:
@@ -54,7 +104,8 @@ def _curves(comparison: Comparison, path: Path) -> None:
     )
     for ax, (key, title, ylabel) in zip(axes, panels, strict=True):
         values = []
-        for color, (name, arm) in zip(COLORS, comparison.arms.items(), strict=False):
+        for index, (name, arm) in enumerate(comparison.arms.items()):
+            color = _color(index)
             points = [(r["epoch"], r[key]) for r in arm.epochs if r.get(key) is not None]
             ax.plot(*zip(*points, strict=True), "o-", color=color, label=name)
             values += [value for _, value in points]
@@ -82,14 +133,15 @@ def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     paths = [directory / name for name in PLOTS]
     _curves(comparison, paths[0])
 
-    figure, ax = plt.subplots(figsize=(5, 4))
+    width = max(5.0, 0.9 * len(arms))  # room for a matrix's arms side by side
+    figure, ax = plt.subplots(figsize=(width, 4))
     _bars(ax, arms, [a.throughput_img_s for a in arms.values()], "images/s")
     ax.set_title("Training throughput (after warm-up)")
     figure.tight_layout()
     figure.savefig(paths[1], dpi=100)
     plt.close(figure)
 
-    figure, (train_ax, total_ax) = plt.subplots(1, 2, figsize=(9, 4))
+    figure, (train_ax, total_ax) = plt.subplots(1, 2, figsize=(max(9.0, 1.8 * len(arms)), 4))
     _bars(train_ax, arms, [a.train_peak_memory_mb for a in arms.values()], "MB")
     train_ax.set_title("Training peak (above resident)")
     _bars(total_ax, arms, [a.total_peak_memory_mb for a in arms.values()], "MB")
@@ -97,4 +149,7 @@ def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     figure.tight_layout()
     figure.savefig(paths[2], dpi=100)
     plt.close(figure)
+    if len({arm.batch_size for arm in arms.values()}) > 1:
+        paths.append(directory / BATCH_PLOT)
+        _batch_scaling(comparison, paths[-1])
     return paths

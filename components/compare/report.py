@@ -47,9 +47,10 @@ def _figure(estimate: Estimate | None, fmt: str, unit: str = "") -> str:
 def render_text(comparison: Comparison) -> str:
     """The RESULTS block (our figures, the published labels) and the lines that say what they
     mean, as `ampbench run` prints them."""
-    baseline, headline = comparison.baseline, comparison.headline_arm
-    base, arm = comparison.arms[baseline], comparison.arms[headline]
+    headline = comparison.headline_arm
     this = comparison.comparisons[headline]
+    baseline = this.baseline
+    base, arm = comparison.arms[baseline], comparison.arms[headline]
 
     def published_terms(summary: ArmSummary) -> dict[str, float]:
         return {
@@ -75,11 +76,68 @@ def render_text(comparison: Comparison) -> str:
         f"{headline} {arm.total_peak_memory_mb.value:.2f} MB",
         f"Accuracy delta ({headline} - {baseline}): "
         + _figure(this.accuracy_delta_pp, "+.2f", " pp"),
+    ]
+    if base.achieved_tflops and arm.achieved_tflops:
+        lines.append(
+            f"Achieved TFLOP/s: {baseline} {base.achieved_tflops.value:.3g}, "
+            f"{headline} {arm.achieved_tflops.value:.3g}"
+            + (
+                f" (MFU {base.mfu.value:.1%} and {arm.mfu.value:.1%})"
+                if base.mfu and arm.mfu
+                else " (MFU not given: the device's peak is not known)"
+            )
+        )
+    if arm.target_reached is not None:
+        lines.append(
+            f"Time-to-target ratio ({baseline} / {headline}): "
+            + _figure(this.time_to_target_ratio, ".2f", "x")
+            + ("" if this.time_to_target_ratio else " (not both reached the target)")
+        )
+    lines += [
         "",
         f"Verdict: {comparison.verdict}",
     ]
+    if len(comparison.arms) > 2:
+        lines += ["", f"Every arm against its group's {comparison.baseline} baseline:"]
+        header, rows = matrix_table(comparison)
+        lines += _text_table(header, rows)
     lines += [f"WARNING: {warning}" for warning in comparison.warnings]
     return "\n".join(lines)
+
+
+def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return [
+        "  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+
+
+def matrix_table(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """The experiment at a glance, laid out as NVIDIA's DeepLearningExamples results tables:
+    a row per (model, batch size), throughput and accuracy per precision, each arm's
+    speedup over its row's baseline."""
+    precisions = list(dict.fromkeys(arm.precision.requested for arm in comparison.arms.values()))
+    mixed = [p for p in precisions if p != comparison.baseline]
+    header = ["model", "batch"]
+    header += [f"images/s {p}" for p in precisions]
+    header += [f"speedup {p}" for p in mixed]
+    header += [f"accuracy {p}" for p in precisions]
+    rows = []
+    for group in comparison.groups:
+        members = {a.precision.requested: a for a in comparison.arms.values() if a.group == group}
+        first = next(iter(members.values()))
+        row = [first.model, str(first.batch_size)]
+        row += [
+            f"{members[p].throughput_img_s.value:,.1f}" if p in members else "-" for p in precisions
+        ]
+        row += [
+            f"{comparison.comparisons[members[p].name].speedup.value:.2f}x" if p in members else "-"
+            for p in mixed
+        ]
+        row += [f"{members[p].accuracy.value:.4f}" if p in members else "-" for p in precisions]
+        rows.append(row)
+    return header, rows
 
 
 Table = tuple[list[str], list[list[str]]]
@@ -87,9 +145,11 @@ Table = tuple[list[str], list[list[str]]]
 
 def tables(comparison: Comparison) -> dict[str, Table]:
     """The report's tables as (header, rows) of text, shared by Markdown and HTML."""
+    matrix = len(comparison.groups) > 1  # else model, batch and baseline are one each
     arms = [
         [
             name,
+            *([arm.model, str(arm.batch_size)] if matrix else []),
             arm.precision.resolved + (" (emulated)" if arm.precision.emulated else ""),
             arm.precision.autocast_dtype or "none",
             _figure(arm.accuracy, ".4f"),
@@ -104,6 +164,7 @@ def tables(comparison: Comparison) -> dict[str, Table]:
     ratios = [
         [
             name,
+            *([this.baseline] if matrix else []),
             _figure(this.speedup, ".2f", "x"),
             _figure(this.end_to_end_ratio, ".2f", "x"),
             _figure(this.memory_ratio, ".2f"),
@@ -112,16 +173,41 @@ def tables(comparison: Comparison) -> dict[str, Table]:
         ]
         for name, this in comparison.comparisons.items()
     ]
-    arm_header = ["arm", "precision", "autocast", "accuracy", "images/s", "train time (s)"]
+    arm_header = ["arm", *(["model", "batch"] if matrix else []), "precision", "autocast"]
+    arm_header += ["accuracy", "images/s", "train time (s)"]
     arm_header += ["end-to-end (s)", "training peak (MB)", "total peak (MB)"]
-    ratio_header = ["arm", "steady-state speedup", "end-to-end ratio", "memory ratio"]
+    ratio_header = ["arm", *(["against"] if matrix else []), "steady-state speedup"]
+    ratio_header += ["end-to-end ratio", "memory ratio"]
     ratio_header += ["total memory ratio", "accuracy delta (pp)"]
+    summaries = list(comparison.arms.values())
+    if any(arm.achieved_tflops for arm in summaries):
+        arm_header.append("TFLOP/s")
+        for row, arm in zip(arms, summaries, strict=True):
+            row.append(_figure(arm.achieved_tflops, ".3g"))
+    if any(arm.mfu for arm in summaries):
+        arm_header.append("MFU")
+        for row, arm in zip(arms, summaries, strict=True):
+            row.append(_figure(arm.mfu, ".1%"))
+    if any(arm.target_reached is not None for arm in summaries):
+        arm_header.append("time to target (s)")
+        for row, arm in zip(arms, summaries, strict=True):
+            reached = arm.target_reached or []
+            text = _figure(arm.time_to_target_s, ".2f") if arm.time_to_target_s else "never"
+            if 0 < len(reached) < len(arm.seeds):
+                text += f" ({len(reached)} of {len(arm.seeds)} seeds)"
+            row.append(text)
+        ratio_header.append("time-to-target ratio")
+        for row, this in zip(ratios, comparison.comparisons.values(), strict=True):
+            row.append(_figure(this.time_to_target_ratio, ".2f", "x"))
     settings = [[key, value] for key, value in comparison.settings.items()]
-    return {
+    found = {
         "Settings": (["setting", "value"], settings),
         "Arms": (arm_header, arms),
         f"Against {comparison.baseline}": (ratio_header, ratios),
     }
+    if matrix:
+        found = {"At a glance": matrix_table(comparison), **found}
+    return found
 
 
 def published_heading(comparison: Comparison) -> str:

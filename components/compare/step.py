@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ampbench import PIPELINE_NAME
-from ampbench.components.compare.analysis import compare_arms
+from ampbench.components.compare.analysis import compare_runs
 from ampbench.components.compare.plots import write_plots
 from ampbench.components.compare.report import render_html, render_markdown
 from ampbench.errors import AmpbenchError
@@ -51,22 +51,30 @@ class CompareOutputs:
 
 
 def headline_metrics(comparison: Comparison) -> dict[str, float]:
-    """The headline arm's figures and interval bounds, as MLflow and KFP metrics."""
-    this = comparison.comparisons[comparison.headline_arm]
+    """The headline arm's figures and interval bounds, as MLflow and KFP metrics; in a matrix
+    also every other arm's, prefixed with its name (`vit-s_b512_bf16.speedup`)."""
     metrics: dict[str, float] = {}
-    for key in ("speedup", "end_to_end_ratio", "memory_ratio", "accuracy_delta_pp"):
-        estimate = getattr(this, key)
-        if estimate is None:
-            continue
-        metrics[key] = estimate.value
-        if estimate.low is not None:
-            metrics[f"{key}_ci95_low"] = estimate.low
-            metrics[f"{key}_ci95_high"] = estimate.high
+    for name, this in comparison.comparisons.items():
+        prefix = "" if name == comparison.headline_arm else name.replace(" ", "_") + "."
+        for key in (
+            "speedup",
+            "end_to_end_ratio",
+            "memory_ratio",
+            "accuracy_delta_pp",
+            "time_to_target_ratio",
+        ):
+            estimate = getattr(this, key)
+            if estimate is None:
+                continue
+            metrics[prefix + key] = estimate.value
+            if estimate.low is not None:
+                metrics[f"{prefix}{key}_ci95_low"] = estimate.low
+                metrics[f"{prefix}{key}_ci95_high"] = estimate.high
     return metrics
 
 
 def run_comparison(
-    arm_results: Mapping[str, Sequence[Path]],
+    results: Sequence[Path],
     outputs: CompareOutputs,
     *,
     baseline: str = "fp32",
@@ -74,10 +82,11 @@ def run_comparison(
     max_accuracy_drop_pp: float | None = None,
     allow_mismatch: bool = False,
 ) -> Comparison:
-    """Compare the arms and write the outputs; then fail if an arm lost too much accuracy
+    """Compare the training results (any arms and seeds, each arm against its group's
+    `baseline` precision) and write the outputs; then fail if an arm lost too much accuracy
     (after writing, so that the evidence is kept)."""
-    arms = {name: [read_arm_results(path) for path in paths] for name, paths in arm_results.items()}
-    comparison = compare_arms(arms, baseline=baseline, allow_mismatch=allow_mismatch)
+    runs = [read_arm_results(path) for path in results]
+    comparison = compare_runs(runs, baseline=baseline, allow_mismatch=allow_mismatch)
     for path in (outputs.comparison, outputs.report, outputs.html):
         path.parent.mkdir(parents=True, exist_ok=True)
     plots = write_plots(comparison, outputs.plots)
@@ -86,12 +95,7 @@ def run_comparison(
     write_json(outputs.comparison, comparison)
     # The outputs are written before MLflow is asked anything: if it fails, they stay.
     if parent_run is not None:
-        children = [
-            run.mlflow.run_id
-            for runs in arms.values()
-            for run in runs
-            if run.mlflow is not None and run.mlflow.run_id
-        ]
+        children = [run.mlflow.run_id for run in runs if run.mlflow and run.mlflow.run_id]
         tags = {"ampbench.pipeline": PIPELINE_NAME, BASELINE_TAG: baseline}
         if parent_run.pipeline_run_id:
             tags[PIPELINE_RUN_TAG] = parent_run.pipeline_run_id
@@ -126,6 +130,6 @@ def run_comparison(
             if -this.accuracy_delta_pp.value > max_accuracy_drop_pp:
                 raise AmpbenchError(
                     f"--max-accuracy-drop {max_accuracy_drop_pp:g}: arm {name} lost "
-                    f"{-this.accuracy_delta_pp.value:.2f} pp of accuracy against {baseline}"
+                    f"{-this.accuracy_delta_pp.value:.2f} pp of accuracy against {this.baseline}"
                 )
     return comparison

@@ -19,8 +19,9 @@ def prepare(
     max_members: int = 0,
     max_image_pixels: int = 0,
     max_decoded_bytes: int = 0,
-    batch_size: int = 0,
-    model_name: str = "",
+    runs: list = [],  # noqa: B006 - KFP takes list defaults this way
+    baseline_precision: str = "fp32",
+    train_image_size: int = 0,
     epochs: int = 0,
     lr: float = 0.0,
     tracking: bool = False,
@@ -29,9 +30,9 @@ def prepare(
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
     limits (components/prepare/limits.py).
-    batch_size, model_name, epochs, lr: the pipeline's training settings, checked here, once,
-    and against the prepared data, rather than in the training tasks, which are retried on
-    failure (batch_size 0: not checked).
+    runs, baseline_precision, train_image_size, epochs, lr: the pipeline's experiment matrix
+    and training settings, checked here, once, and against the prepared data, rather than in
+    the training tasks, which are retried on failure (no runs: not checked).
     tracking: the pipeline's tracking setting; in a pod, this first step fails at once when it
     is on and no tracking server is configured.
     """
@@ -43,13 +44,23 @@ def prepare(
     from ampbench.components.train.config import check_against_dataset, check_pipeline_settings
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
+    from ampbench.matrix import check_runs
 
     setup_logging()
     with reported_as_step("prepare"):
         if tracking:
             check_tracking_server()
-        if batch_size:
-            check_pipeline_settings(epochs=epochs, batch_size=batch_size, lr=lr, model=model_name)
+        groups = [] if not runs else check_runs(runs, baseline_precision)
+        arms = sorted({(run.model, run.batch_size) for run in groups})
+        for model_name, batch_size in arms:
+            check_pipeline_settings(
+                epochs=epochs,
+                batch_size=batch_size,
+                lr=lr,
+                model=model_name,
+                subset=subset,
+                image_size=train_image_size,
+            )
         metadata = prepare_dataset(
             data,
             Path(dataset.path),
@@ -65,8 +76,10 @@ def prepare(
                 ),
             ),
         )
-        if batch_size:
-            check_against_dataset(metadata, batch_size=batch_size, model=model_name)
+        for model_name, batch_size in arms:
+            check_against_dataset(
+                metadata, batch_size=batch_size, model=model_name, image_size=train_image_size
+            )
     dataset.metadata.update(
         {
             "classes": metadata["classes"],

@@ -14,6 +14,8 @@ DEFAULTS = {
     "lr": TrainConfig.lr,
     "seed": TrainConfig.seed,
     "model_name": TrainConfig.model,
+    "image_size": TrainConfig.image_size,
+    "target_accuracy": TrainConfig.target_accuracy,
     "label_smoothing": TrainConfig.label_smoothing,
     "compile_model": TrainConfig.compile,
     "deterministic": TrainConfig.deterministic,
@@ -37,6 +39,8 @@ def train(
     lr: float,
     seed: int,
     model_name: str,
+    image_size: int,
+    target_accuracy: float,
     label_smoothing: float,
     compile_model: bool,
     deterministic: bool,
@@ -75,6 +79,7 @@ def train(
     )
     from ampbench.errors import reported_as_step
     from ampbench.logs import log, setup_logging
+    from ampbench.matrix import run_name
 
     setup_logging()
     with reported_as_step(f"train-{precision}"):
@@ -90,7 +95,8 @@ def train(
                 "ConfigMap): if this task is retried, it trains again from scratch",
                 CHECKPOINT_URI_ENV,
             )
-        run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{precision}-seed{seed}"
+        name = run_name(model_name, batch_size, precision, seed)
+        run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
         outcome = run_training(
             TrainConfig(
                 dataset_dir=Path(dataset.path),
@@ -100,6 +106,8 @@ def train(
                 lr=lr,
                 seed=seed,
                 model=model_name,
+                image_size=image_size,
+                target_accuracy=target_accuracy,
                 label_smoothing=label_smoothing,
                 compile=compile_model,
                 deterministic=deterministic,

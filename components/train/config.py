@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ampbench.components.train import AMP_PRECISION, MIN_IMAGE_SIZE, MODELS
+from ampbench.components.train import AMP_PRECISION, MODELS
 from ampbench.errors import AmpbenchError
+
+# --model's three forms, for help texts and errors.
+MODEL_FORMS = (
+    f"the built-in models ({', '.join(MODELS)}), torchvision's classification models by name "
+    "(e.g. mobilenet_v3_small, vit_b_16) or the form package.module:factory"
+)
+# package.module:factory: a dotted module path, a colon, a (dotted) name in that module.
+_FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,8 @@ class TrainConfig:
     initial_loss_scale: float = 2.0**16  # GradScaler's default
     warmup_steps: int = 3  # untimed training steps before the clock starts (then undone)
     allow_emulated: bool = False  # measure a precision the device has no native math for
+    target_accuracy: float = 0.0  # stop at the first epoch reaching it (0: off)
+    image_size: int = 0  # resize batches to image_size x image_size on the device (0: as prepared)
 
     def validate(self) -> None:
         positive = {
@@ -50,10 +63,18 @@ class TrainConfig:
                 raise AmpbenchError(f"{option}: must be at least 1, not {value}")
         if not self.lr > 0:
             raise AmpbenchError(f"--lr: must be positive, not {self.lr}")
+        if not 0 <= self.target_accuracy <= 1:
+            raise AmpbenchError(
+                f"--target-accuracy: must be in [0, 1] (0: off), not {self.target_accuracy}"
+            )
         if not 0 <= self.label_smoothing < 1:
             raise AmpbenchError(f"--label-smoothing: must be in [0, 1), not {self.label_smoothing}")
         if not 0 < self.warmup_fraction < 1:
             raise AmpbenchError(f"--warmup-fraction: must be in (0, 1), not {self.warmup_fraction}")
+        if self.image_size < 0:
+            raise AmpbenchError(
+                f"--image-size: must be 0 (as prepared) or positive, not {self.image_size}"
+            )
         if self.subset < 0 or self.checkpoint_every < 0 or self.warmup_steps < 0:
             raise AmpbenchError(
                 "--subset, --checkpoint-every and --warmup-steps: must be 0 (off) or positive"
@@ -75,15 +96,52 @@ class TrainConfig:
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
 
 
+def model_name_problem(name: str) -> str | None:
+    """What is wrong with a --model value as a name (None: nothing), checked cheaply: a
+    built-in name or the package.module:factory form without importing torch (the module
+    itself is imported only where the model is built, which may be another machine's image);
+    any other name against torchvision's list of classification models."""
+    if name in MODELS:
+        return None
+    if ":" in name:
+        if _FACTORY.fullmatch(name):
+            return None
+        return "not of the form package.module:factory (a dotted module path, a colon, a name)"
+    from ampbench.components.train.models import torchvision_models
+
+    known = torchvision_models()
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, [*MODELS, *known], n=1)
+    return f"not one of {MODEL_FORMS}" + (f"; did you mean {close[0]}?" if close else "")
+
+
+def check_model_name(name: str) -> None:
+    problem = model_name_problem(name)
+    if problem is not None:
+        raise AmpbenchError(f"--model: '{name}' is {problem}")
+
+
+def model_input_shape(image_shape: Sequence[int], image_size: int = 0) -> tuple[int, int, int]:
+    """The (channels, height, width) of the batches a model sees: the prepared data's
+    (height, width, channels), or image_size x image_size when --image-size resizes them."""
+    height, width, channels = (int(size) for size in image_shape)
+    if image_size:
+        height = width = image_size
+    return channels, height, width
+
+
 def check_pipeline_settings(
-    *, epochs: int, batch_size: int, lr: float, model: str, subset: int = 0
+    *, epochs: int, batch_size: int, lr: float, model: str, subset: int = 0, image_size: int = 0
 ) -> None:
     """The training settings of a pipeline run, checked before it starts (by `ampbench run`,
     `ampbench submit` and the prepare step), with TrainConfig's own rules: a training task
-    that found them wrong would be retried, and the user would hear of the mistake late."""
-    TrainConfig(Path(), epochs=epochs, batch_size=batch_size, lr=lr, model=model).validate()
-    if model not in MODELS:
-        raise AmpbenchError(f"--model: '{model}' is not one of {', '.join(MODELS)}")
+    that found them wrong would be retried, and the user would hear of the mistake late.
+    Whether the model fits the data is for check_against_dataset, once the data is known."""
+    TrainConfig(
+        Path(), epochs=epochs, batch_size=batch_size, lr=lr, model=model, image_size=image_size
+    ).validate()
+    check_model_name(model)
     if subset and batch_size > subset:
         raise AmpbenchError(
             f"--batch-size {batch_size}: larger than the at most {subset:,} training images "
@@ -92,14 +150,20 @@ def check_pipeline_settings(
 
 
 def check_against_dataset(
-    metadata: dict[str, Any], *, batch_size: int = 0, model: str = "", subset: int = 0
+    metadata: dict[str, Any],
+    *,
+    batch_size: int = 0,
+    model: str = "",
+    subset: int = 0,
+    image_size: int = 0,
 ) -> None:
     """Refuse settings that a prepared data set rules out: checked by the prepare step, before
     any training task starts (those are retried on failure, and a user's mistake must reach
     the user once, in seconds), and again by the train step for data prepared elsewhere.
-    A setting left at 0 or "" is not checked."""
-    if model and model not in MODELS:
-        raise AmpbenchError(f"--model: '{model}' is not one of {', '.join(MODELS)}")
+    A setting left at 0 or "" is not checked. The model is built and run on its images (as
+    --image-size resizes them) on the meta device: models.check_model."""
+    if model:
+        check_model_name(model)
     counts = metadata["counts"]
     if "test" not in counts:
         raise AmpbenchError("the prepared dataset has no test split to measure on")
@@ -108,10 +172,8 @@ def check_against_dataset(
         raise AmpbenchError(
             f"--batch-size {batch_size}: larger than the {train_images:,} training images"
         )
-    height, width = metadata["image_shape"][:2]
-    if model and min(height, width) < MIN_IMAGE_SIZE[model]:
-        raise AmpbenchError(
-            f"--model {model}: needs images of at least {MIN_IMAGE_SIZE[model]}x"
-            f"{MIN_IMAGE_SIZE[model]} pixels; these are {width}x{height} (prepare with "
-            "--image-size)"
-        )
+    if model:
+        from ampbench.components.train.models import check_model
+
+        shape = model_input_shape(metadata["image_shape"], image_size)
+        check_model(model, len(metadata["classes"]), shape)

@@ -55,27 +55,56 @@ def random_crop_flip(
 
 
 class DeviceSplit:
-    """One split resident on the device, handing out normalised channels_last batches."""
+    """One split resident on the device, handing out normalised channels_last batches, resized
+    to image_size x image_size when that is set (0: as prepared)."""
 
     def __init__(
-        self, split: SplitTensors, device: torch.device, mean: list[float], std: list[float]
+        self,
+        split: SplitTensors,
+        device: torch.device,
+        mean: list[float],
+        std: list[float],
+        image_size: int = 0,
     ) -> None:
         self.images = split.images.to(device)
         self.labels = split.labels.to(device)
         self.device = device
+        self.image_size = image_size
         self._mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255.0
         self._std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255.0
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(channels, height, width) of the batches handed out."""
+        _, channels, height, width = self.images.shape
+        if self.image_size:
+            height = width = self.image_size
+        return channels, height, width
+
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        normalized = (images.float() - self._mean) / self._std
+        """uint8 images to the model's input: float, resized (if image_size says so),
+        normalised, channels_last."""
+        floats = images.float()
+        size = self.image_size
+        if size and tuple(floats.shape[-2:]) != (size, size):
+            # Per batch on the device, so that the resident data set stays at its prepared
+            # size (a 32x32 set enlarged to 224x224 would take 49 times the memory). In float32
+            # for every precision arm: the data path is no part of what the arms compare.
+            # No antialiasing: it only matters when shrinking, and the usual case is enlarging
+            # small images for a model built for larger ones; the plain kernel is the fast one.
+            floats = torch.nn.functional.interpolate(
+                floats, size=(size, size), mode="bilinear", align_corners=False, antialias=False
+            )
+        normalized = (floats - self._mean) / self._std
         return normalized.contiguous(memory_format=torch.channels_last)
 
     def train_batch(
         self, rows: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        # Crop and flip at the prepared size (the padding is in its pixels), then resize.
         images = random_crop_flip(self.images[rows], generator)
         return self.normalize(images), self.labels[rows]
 

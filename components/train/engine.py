@@ -38,6 +38,8 @@ from ampbench import __version__
 from ampbench.components.train import checkpoint
 from ampbench.components.train.config import TrainConfig, check_against_dataset
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
+from ampbench.components.train.flops import peak_tflops, train_step_flops
+from ampbench.components.train.fp8 import convert_for_fp8
 from ampbench.components.train.models import build_model, parameter_count
 from ampbench.components.train.precision import (
     Precision,
@@ -52,10 +54,12 @@ from ampbench.logs import Progress, log
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
     ArmResults,
+    Compute,
     DatasetRecord,
     DeviceRecord,
     EpochRecord,
     Memory,
+    TimeToTarget,
     Timing,
     Versions,
 )
@@ -295,6 +299,9 @@ class LoopState:
     epoch_elapsed_s: float = 0.0  # the current epoch, up to the last checkpoint
     eval_time_s: float = 0.0
     checkpoint_time_s: float = 0.0
+    # --target-accuracy: the training time and epoch at which test accuracy first reached it
+    target_time_s: float | None = None
+    target_epoch: int | None = None
 
 
 @dataclass
@@ -380,6 +387,7 @@ class Trainer:
                 batch_size=config.batch_size,
                 model=config.model,
                 subset=config.subset,
+                image_size=config.image_size,
             )
         except AmpbenchError as error:
             raise AmpbenchError(f"{config.dataset_dir}: {error}") from None
@@ -387,21 +395,32 @@ class Trainer:
         train_split = _subset(
             read_split(Path(config.dataset_dir), "train"), config.subset, config.seed
         )
-        self.train_data = DeviceSplit(train_split, self.device, mean, std)
+        self.train_data = DeviceSplit(train_split, self.device, mean, std, config.image_size)
         self.eval_data = {
             split: DeviceSplit(
                 _subset(read_split(Path(config.dataset_dir), split), config.subset, config.seed),
                 self.device,
                 mean,
                 std,
+                config.image_size,
             )
             for split in ("val", "test")
             if split in self.metadata["counts"]
         }
         self.steps_per_epoch = len(self.train_data) // config.batch_size
-        self.model = build_model(config.model, len(self.metadata["classes"])).to(
-            self.device, memory_format=torch.channels_last
-        )
+        self.model = build_model(
+            config.model, len(self.metadata["classes"]), self.train_data.image_shape
+        ).to(self.device, memory_format=torch.channels_last)
+        if self.precision.fp8_recipe is not None:
+            # Before the optimizer is made: torchao swaps nn.Linear for Float8Linear in place,
+            # keeping the parameter objects.
+            converted = convert_for_fp8(
+                self.model,
+                self.precision.fp8_recipe,
+                self.precision.emulated,
+                model_name=config.model,
+            )
+            log.info("fp8: %d Linear layers converted (%s)", converted, self.precision.fp8_recipe)
         # On CUDA the fused kernel takes the GradScaler's inf check on the device; any other
         # optimizer makes scaler.step() wait for the host on every fp16 step.
         self.optimizer = build_optimizer(self.model, config, fused=self.device.type == "cuda")
@@ -418,6 +437,7 @@ class Trainer:
         self.resumed_from: str | None = None
         self.warmup_s = 0.0
         self.compile_s = 0.0
+        self.flops_per_step: int | None = None
 
     # -- state: checkpoints and the warm-up's undo -------------------------------------------
     def training_state(self) -> dict[str, Any]:
@@ -514,13 +534,37 @@ class Trainer:
                 f"{bad // self.steps_per_epoch + 1}, {self.precision.name}); lower --lr"
             )
 
+    def count_flops(self) -> None:
+        """The FLOPs of one training step, counted once on the eager model (flops.py); the
+        caller puts the training state back (the step moves BatchNorm's running stats)."""
+        rows = torch.arange(self.config.batch_size, device=self.device)
+        images, labels = self.train_data.train_batch(
+            rows, step_generator(self.device, self.config.seed, 0, 0)
+        )
+        self.flops_per_step = train_step_flops(
+            self.model, images, labels, self.criterion, self.precision.autocast()
+        )
+        log.info("FLOPs per training step: %.4g (forward and backward)", self.flops_per_step)
+
+    def compute_record(self, steps: int) -> Compute | None:
+        """DEFINITIONS["Achieved TFLOP/s"] and ["MFU"] for the steps trained."""
+        if self.flops_per_step is None or not self.state.train_time_s > 0:
+            return None
+        achieved = self.flops_per_step * steps / self.state.train_time_s / 1e12
+        peak = peak_tflops(self.device.type, self.device_record.name, self.precision.name)
+        return Compute(self.flops_per_step, achieved, peak, achieved / peak if peak else None)
+
     def warm_up(self, model: nn.Module) -> None:
         """Untimed real training steps that pay the one-time costs, then undone (step 3 of
-        the protocol in the module docstring)."""
+        the protocol in the module docstring); the FLOPs of a step are counted here too."""
         steps = self.config.warmup_steps
-        if steps == 0 or self.state.epoch >= self.config.epochs:  # nothing left to time
+        if self.state.epoch >= self.config.epochs:  # nothing left to time
             return
         saved = _host_copy(self.training_state())
+        self.count_flops()
+        if steps == 0:
+            self.load_training_state(saved)
+            return
         batch, epoch = self.config.batch_size, self.state.epoch
         order = epoch_order(len(self.train_data), self.config.seed, epoch, self.device)
         started = time.perf_counter()
@@ -611,7 +655,7 @@ class Trainer:
             self.warm_up(model)  # inside math_mode: the code warmed up is the code timed
             self.memory.skip_window()
             gc.collect()  # not in the middle of a timed epoch
-            while state.epoch < config.epochs:
+            while state.epoch < config.epochs and state.target_epoch is None:
                 epoch = state.epoch
                 order = epoch_order(len(self.train_data), config.seed, epoch, self.device)
                 self.memory.reset_peak()
@@ -647,6 +691,15 @@ class Trainer:
                 record = self.finish_epoch(epoch, epoch_time, train_peak_mb)
                 state.history.append(asdict(record))
                 state.train_time_s += epoch_time
+                if config.target_accuracy and record.test_accuracy >= config.target_accuracy:
+                    # MLPerf's rule: stop at the first evaluation that reaches the target.
+                    state.target_time_s, state.target_epoch = state.train_time_s, epoch + 1
+                    log.info(
+                        "target accuracy %g reached after epoch %d: %.2f s of training; stop",
+                        config.target_accuracy,
+                        epoch + 1,
+                        state.train_time_s,
+                    )
                 state.epoch += 1
                 state.step = 0
                 state.epoch_elapsed_s = 0.0
@@ -704,7 +757,7 @@ class Trainer:
         return record
 
     def results(self) -> ArmResults:
-        state, dataset = self.state, self.metadata
+        config, state, dataset = self.config, self.state, self.metadata
         epochs = [EpochRecord(**record) for record in state.history]
         last = epochs[-1]
         trained_images = len(epochs) * self.steps_per_epoch * self.config.batch_size
@@ -745,6 +798,15 @@ class Trainer:
             resumed_from=self.resumed_from,
             versions=software_versions(),
             epochs=epochs,
+            compute=self.compute_record(len(epochs) * self.steps_per_epoch),
+            time_to_target=TimeToTarget(
+                config.target_accuracy,
+                state.target_epoch is not None,
+                state.target_time_s,
+                state.target_epoch,
+            )
+            if config.target_accuracy
+            else None,
         )
 
 

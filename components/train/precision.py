@@ -6,6 +6,9 @@ tf32   FP32 storage with TF32 tensor-core math allowed (CUDA, compute capability
 fp16   autocast float16 + GradScaler (CUDA 7.0+ tensor cores; CPUs with AVX512_FP16 or AMX-FP16)
 bf16   autocast bfloat16, no scaler (CUDA 8.0+; CPUs with AVX512_BF16 or AMX-BF16)
 amp    what the device runs natively: fp16 on CUDA, bf16 on a CPU
+fp8    float8 training of the nn.Linear layers (torchao, tensorwise scales: fp8.py), the rest
+       of the model under bf16 autocast, no scaler (CUDA 8.9+: FP8 tensor cores, Ada and newer)
+fp8-rowwise  the same with torchao's rowwise recipe (a scale per row)
 
 A precision is measured only where the device has native math for it: elsewhere autocast runs
 emulation or fallback kernels (bf16 on a CPU without AVX512_BF16 is 3-8x *slower* than fp32)
@@ -23,19 +26,37 @@ from pathlib import Path
 
 import torch
 
-from ampbench.components.train import PRECISIONS
+from ampbench.components.train import FP8_PRECISIONS, PRECISIONS
+from ampbench.components.train.fp8 import FP8_RECIPES, require_torchao
 from ampbench.errors import AmpbenchError
 from ampbench.results import PrecisionRecord
 
-AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# The fp8 arms convert only the Linear layers to float8; everything else (convolutions,
+# normalisation, attention, the loss) runs as torchao's float8 training is used in practice:
+# in bf16 (torchao's examples train a .bfloat16() model, torchtitan a bf16 FSDP2 policy). With
+# fp32 master weights, as in every arm here, that is bf16 autocast, which Float8Linear follows
+# on CUDA (it casts its input to the autocast dtype, as F.linear would).
+AUTOCAST_DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp8": torch.bfloat16,
+    "fp8-rowwise": torch.bfloat16,
+}
 # The CUDA compute capability each precision needs natively (tensor cores of that format).
-CUDA_NATIVE = {"fp32": (0, 0), "tf32": (8, 0), "fp16": (7, 0), "bf16": (8, 0)}
+CUDA_NATIVE = {
+    "fp32": (0, 0),
+    "tf32": (8, 0),
+    "fp16": (7, 0),
+    "bf16": (8, 0),
+    "fp8": (8, 9),
+    "fp8-rowwise": (8, 9),
+}
 
 
 @dataclass(frozen=True)
 class Precision:
     requested: str
-    name: str  # the resolved arm: fp32, tf32, fp16 or bf16
+    name: str  # the resolved arm: fp32, tf32, fp16, bf16, fp8 or fp8-rowwise
     device_type: str
     emulated: bool = False
     support: str = "native"  # one line: why this device runs it as it does
@@ -47,6 +68,12 @@ class Precision:
     @property
     def grad_scaler(self) -> bool:
         return self.name == "fp16"
+
+    @property
+    def fp8_recipe(self) -> str | None:
+        """torchao's float8 recipe for the Linear layers (fp8.convert_for_fp8), else None;
+        an emulated fp8 arm converts with emulate=True."""
+        return FP8_RECIPES.get(self.name)
 
     @property
     def tf32(self) -> bool:
@@ -154,6 +181,8 @@ def resolve(requested: str, device: torch.device, allow_emulated: bool = False) 
         raise AmpbenchError(f"--precision: '{requested}' is not one of {', '.join(PRECISIONS)}")
     if device.type == "cuda":
         return _resolve_cuda(requested, device, allow_emulated)
+    if requested in FP8_PRECISIONS:
+        return _resolve_cpu_fp8(requested, device, allow_emulated)
     name = "bf16" if requested == "amp" else requested
     if name == "tf32":
         raise AmpbenchError(
@@ -174,16 +203,36 @@ def resolve(requested: str, device: torch.device, allow_emulated: bool = False) 
     return Precision(requested, name, device.type, True, f"EMULATED: {support}")
 
 
+def _fp8_detail(name: str, torchao: str) -> str:
+    return f"torchao {torchao} float8 {FP8_RECIPES[name]} on the Linear layers, bf16 autocast"
+
+
+def _resolve_cpu_fp8(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
+    torchao = require_torchao(requested)
+    missing = f"{cpu_name()} has no FP8 matmul (float8 training needs CUDA compute capability 8.9+)"
+    if not allow_emulated:
+        raise AmpbenchError(
+            f"--precision {requested}: {missing}; pass --allow-emulated to run its numerics "
+            "with fp32 matmuls (labelled emulated)"
+        )
+    support = f"EMULATED: {missing}; {_fp8_detail(requested, torchao)}, fp32 matmuls"
+    return Precision(requested, requested, device.type, True, support)
+
+
 def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
     name = "fp16" if requested == "amp" else requested
+    fp8 = name in FP8_PRECISIONS
+    torchao = require_torchao(requested) if fp8 else ""
     capability = torch.cuda.get_device_capability(device)
     gpu = torch.cuda.get_device_name(device)
     needed = CUDA_NATIVE[name]
     if capability >= needed:
-        support = f"native: {gpu}, compute capability {capability[0]}.{capability[1]}"
+        detail = f" ({_fp8_detail(name, torchao)})" if fp8 else ""
+        support = f"native: {gpu}, compute capability {capability[0]}.{capability[1]}{detail}"
         return Precision(requested, name, device.type, support=support)
+    kind = "FP8" if fp8 else name
     missing = (
-        f"{gpu} (compute capability {capability[0]}.{capability[1]}) has no {name} tensor "
+        f"{gpu} (compute capability {capability[0]}.{capability[1]}) has no {kind} tensor "
         f"cores (needs {needed[0]}.{needed[1]} or newer)"
     )
     if name == "tf32":  # TF32 is a mode of the tensor cores: without them there is no TF32 at all
@@ -193,7 +242,8 @@ def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) ->
             f"--precision {requested}: {missing}, so it would run emulated and measure nothing "
             "of mixed precision; pass --allow-emulated to measure it anyway (labelled emulated)"
         )
-    return Precision(requested, name, device.type, True, f"EMULATED: {missing}")
+    detail = f"; {_fp8_detail(name, torchao)}, fp32 matmuls" if fp8 else ""
+    return Precision(requested, name, device.type, True, f"EMULATED: {missing}{detail}")
 
 
 @contextmanager

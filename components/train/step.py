@@ -12,6 +12,7 @@ from ampbench.cluster import in_pod
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import example_input
+from ampbench.matrix import group_label, run_name
 from ampbench.results import ArmResults, EpochRecord, RequestedResources, TrackingRecord, write_json
 from ampbench.tracking import (
     DEFAULT_EXPERIMENT,
@@ -19,6 +20,7 @@ from ampbench.tracking import (
     PRECISION_TAG,
     RESULTS_ARTIFACT,
     ArmRun,
+    SystemMetrics,
     preload,
     safe_tracking_uri,
 )
@@ -106,6 +108,9 @@ def run_training(
             "ampbench.device_name": device.name,
             "ampbench.seed": str(config.seed),
             "ampbench.model": config.model,
+            # What the MLflow compare view groups a matrix's runs by.
+            "ampbench.batch_size": str(config.batch_size),
+            "ampbench.group": group_label(config.model, config.batch_size),
         }
         if tracking.pipeline_run_id:
             tags[PIPELINE_RUN_TAG] = tracking.pipeline_run_id
@@ -120,8 +125,14 @@ def run_training(
             **{f"{split}_images": len(data) for split, data in trainer.eval_data.items()},
             "device": device.type,
         }
+        system_metrics = SystemMetrics()
+        system_metrics.start()
         arm_run = ArmRun(
-            tracking.experiment, f"{precision.requested}-seed{config.seed}", tags, params
+            tracking.experiment,
+            run_name(config.model, config.batch_size, precision.requested, config.seed),
+            tags,
+            params,
+            system_metrics,
         )
 
         def send_epoch(record: EpochRecord) -> None:
@@ -132,7 +143,11 @@ def run_training(
             arm_run.flush()
 
         trainer.on_epoch = send_epoch
-    results = trainer.run()
+    try:
+        results = trainer.run()
+    finally:
+        if arm_run is not None and arm_run.system_metrics is not None:
+            arm_run.system_metrics.stop()  # finish() stops it too; this is for a failed run
     if requested_resources is not None:
         results = dataclasses.replace(results, requested_resources=requested_resources)
     if arm_run is not None:
@@ -147,7 +162,7 @@ def run_training(
     if arm_run is not None:
         # After the outputs are written: if MLflow is down for good, nothing is lost.
         model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
-        example = example_input(tuple(trainer.metadata["image_shape"])).numpy()
+        example = example_input(trainer.train_data.image_shape).numpy()
         run_id = arm_run.finish(
             {RESULTS_ARTIFACT: results_path}, model, example, tracking.registered_model_name or None
         )

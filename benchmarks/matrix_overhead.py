@@ -1,0 +1,157 @@
+"""Benchmark: what an experiment matrix costs per arm beyond the arm's own training.
+
+Runs `ampbench run` (the KFP local runner, MLflow in a sqlite file, as `make run` does) on a
+CIFAR-10 subset with a matrix of arms, and reads from its run.log how long each training task
+took from start to end. A task's orchestration overhead is that wall time minus the arm's
+own end-to-end time (warm-up + timed training + evaluation + checkpoints, from its results):
+process start, imports, reading the prepared data, building the model, the MLflow run, the
+model logged to MLflow, the outputs written. The prepare and compare steps are shared by all
+arms and are reported per arm too. Prints each task, then the medians over tasks and repeats,
+as a fraction of an arm's training time (goal: under 10 % on a 1,024-image subset).
+
+    python benchmarks/matrix_overhead.py [--data ARCHIVE] [--subset 1024] [--repeats 2]
+        [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import archive_argument, median, table, write_json
+
+from ampbench.components.train.precision import cpu_capability, cpu_name
+from ampbench.results import read_arm_results
+
+# Two arms per model and batch size; emulated bf16 where this CPU has none (labelled so):
+# the overhead, not the precision, is measured, and it is taken per task either way.
+MATRIX = ["--models", "small-cnn", "--batch-sizes", "64,128", "--precisions", "amp"]
+TASK_LINE = re.compile(
+    r"^(\d\d:\d\d:\d\d\.\d+) - INFO - (?:Executing task '([\w-]+)'|Task '([\w-]+)' finished)"
+)
+
+
+def task_durations(run_log: Path) -> list[tuple[str, float]]:
+    """(task name, seconds) in the order the tasks ran (the local runner runs them one at a
+    time)."""
+    durations, started = [], None
+    for line in run_log.read_text(encoding="utf-8").splitlines():
+        match = TASK_LINE.match(re.sub(r"\x1b\[[0-9;]*m", "", line))
+        if not match:
+            continue
+        stamp = datetime.datetime.strptime(match[1], "%H:%M:%S.%f")
+        if match[2]:
+            started = (match[2], stamp)
+        elif started is not None:
+            seconds = (stamp - started[1]).total_seconds() % 86_400  # past midnight
+            durations.append((started[0], seconds))
+            started = None
+    return durations
+
+
+def one_run(archive: Path, subset: int, epochs: int, work: Path) -> list[dict[str, object]]:
+    out = work / "out"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(archive)]
+    command += ["--subset", str(subset), "--epochs", str(epochs), *MATRIX, "--allow-emulated"]
+    done = subprocess.run(
+        [*command, "--output-dir", str(out)], capture_output=True, text=True, cwd=work, env=env
+    )
+    if done.returncode != 0:
+        sys.exit(f"matrix_overhead: ampbench run failed:\n{done.stderr[-3000:]}")
+    tasks = task_durations(out / "run.log")
+    # Sequential schedule: the training tasks finished in the order their results were written.
+    results = sorted((out / "pipeline-root").rglob("results"), key=lambda p: p.stat().st_mtime)
+    trains = [seconds for name, seconds in tasks if name.startswith("train")]
+    shared = sum(seconds for name, seconds in tasks if not name.startswith("train"))
+    if len(trains) != len(results):
+        sys.exit(f"matrix_overhead: {len(trains)} training tasks but {len(results)} results")
+    rows = []
+    for seconds, path in zip(trains, results, strict=True):
+        arm = read_arm_results(path)
+        batch = arm.hyperparameters["batch_size"]
+        emulated = " (emulated)" if arm.precision.emulated else ""
+        rows.append(
+            {
+                "arm": f"{arm.model} b{batch} {arm.precision.resolved}{emulated}",
+                "task_s": seconds,
+                "end_to_end_s": arm.timing.end_to_end_s,
+                "train_time_s": arm.timing.train_time_s,
+                "overhead_s": seconds - arm.timing.end_to_end_s,
+                "shared_per_arm_s": shared / len(trains),
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    archive_argument(parser)
+    parser.add_argument("--subset", type=int, default=1024)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not args.data.is_file():
+        sys.exit(f"matrix_overhead: {args.data}: no such archive (pass --data)")
+    print(f"CPU: {cpu_name()} ({cpu_capability()})")
+    rows = []
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="ampbench-matrix-") as work:
+            rows += [
+                {"repeat": repeat, **row}
+                for row in one_run(args.data, args.subset, args.epochs, Path(work))
+            ]
+    header = ["arm", "repeat", "task (s)", "arm end-to-end (s)", "training (s)", "overhead (s)"]
+    print(
+        table(
+            header,
+            [
+                [
+                    r["arm"],
+                    r["repeat"],
+                    r["task_s"],
+                    r["end_to_end_s"],
+                    r["train_time_s"],
+                    r["overhead_s"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    overhead = median([float(r["overhead_s"]) for r in rows])
+    shared = median([float(r["shared_per_arm_s"]) for r in rows])
+    fp32_training = median([float(r["train_time_s"]) for r in rows if " fp32" in str(r["arm"])])
+    print(
+        f"\nmedian per-task overhead: {overhead:.2f} s = {overhead / fp32_training:.1%} of an fp32 "
+        f"arm's training time ({fp32_training:.2f} s, median) on {args.subset} images, "
+        f"{args.epochs} epochs (goal: under 10 %)"
+    )
+    print(
+        f"prepare + compare, shared by the {len(rows) // args.repeats} arms: {shared:.2f} s "
+        f"per arm = {shared / fp32_training:.1%} of that training time"
+    )
+    write_json(
+        args.json,
+        {
+            "cpu": cpu_name(),
+            "cpu_capability": cpu_capability(),
+            "subset": args.subset,
+            "epochs": args.epochs,
+            "tasks": rows,
+            "median_overhead_s": overhead,
+            "median_fp32_train_time_s": fp32_training,
+            "overhead_fraction": overhead / fp32_training,
+            "shared_per_arm_s": shared,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

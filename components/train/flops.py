@@ -1,0 +1,207 @@
+"""What a training step costs in FLOPs, and what the device could do at best: the inputs of
+achieved TFLOP/s and MFU (model FLOP/s utilisation).
+
+FLOPs are counted, never worked out by hand: one real training step (forward and backward) runs
+once under torch.utils.flop_counter.FlopCounterMode, which knows the FLOPs of the matrix
+multiplications (mm, addmm, bmm, baddbmm, _scaled_mm: FP8), the convolutions and the attention
+kernels, forward and backward. Elementwise work (activations, normalisation, the loss, the bias
+add, the optimizer) is not counted: it is a small share of a classifier's FLOPs and the tensor
+cores whose peak MFU divides by do none of it. A multiply-add counts as 2 FLOPs, as in the peak
+figures below.
+
+The peaks are NVIDIA's datasheet figures, dense (no 2:4 structured sparsity): the datasheets
+quote tensor-core figures "with sparsity" (marked *), twice the dense rate, so those are halved
+here. Unknown GPUs and every CPU have no peak: MFU is then left out, never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+
+# -- FLOPs of one training step -----------------------------------------------------------------
+def train_step_flops(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    autocast: AbstractContextManager[object],
+) -> int:
+    """The FLOPs of one training step of `model` on this batch: forward (under `autocast`, the
+    arm's own) and backward, counted once by FlopCounterMode (see the module docstring for
+    what it counts: matmuls, convolutions and attention at 2 FLOPs per multiply-add; not
+    elementwise ops).
+
+    Backward is counted as autograd runs it: the first layer's input needs no gradient, so its
+    backward is the weight gradient alone (as many FLOPs as its forward), while every later
+    layer also computes the gradient of its input (twice its forward in all).
+
+    Pass the eager model, not a torch.compile'd one: the math is the same, and FlopCounterMode
+    sees every op of an eager step as it runs. The model is left as it was: parameters
+    untouched (no optimizer steps), each .grad put back as it was, buffers (BatchNorm's running
+    statistics, which a training-mode forward moves) restored. Random draws the step makes
+    (dropout) do advance the RNG.
+    """
+    parameters = list(model.parameters())
+    saved_grads = [parameter.grad for parameter in parameters]
+    buffers = list(model.buffers())
+    saved_buffers = [buffer.detach().clone() for buffer in buffers]
+    for parameter in parameters:
+        # Backward would add into existing gradients; with None it makes fresh tensors and
+        # leaves the caller's untouched.
+        parameter.grad = None
+    try:
+        with FlopCounterMode(display=False) as counter:
+            with autocast:
+                loss = loss_fn(model(images), labels)
+            loss.backward()
+    finally:
+        for parameter, grad in zip(parameters, saved_grads, strict=True):
+            parameter.grad = grad
+        with torch.no_grad():
+            for buffer, saved in zip(buffers, saved_buffers, strict=True):
+                buffer.copy_(saved)
+    return int(counter.get_total_flops())
+
+
+# -- peak TFLOP/s per GPU model -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Peaks:
+    """Dense peak TFLOP/s of one GPU model per precision; None where it has no such math."""
+
+    fp32: float  # strict FP32 on the CUDA cores (no tensor cores): the fp32 arm
+    tf32: float | None = None
+    fp16: float | None = None  # tensor cores, FP32 accumulate where the datasheet tells
+    bf16: float | None = None
+    fp8: float | None = None
+
+
+def _dense(with_sparsity: float) -> float:
+    """A datasheet figure marked "with sparsity" (2:4 structured), as the dense rate."""
+    return with_sparsity / 2
+
+
+# Where each entry's figures come from: NVIDIA's datasheet or the spec table of the product
+# page (which links it), quoted in the comment above each entry as printed there; * marks a
+# figure "with sparsity", halved by _dense. Where a datasheet prints both ("183 | 366*"),
+# the dense figure is the one used.
+H100_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+H100_PAGE = "https://www.nvidia.com/en-us/data-center/h100/"
+H200_PAGE = "https://www.nvidia.com/en-us/data-center/h200/"
+A100_DATASHEET = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+L4_PAGE = "https://www.nvidia.com/en-us/data-center/l4/"
+L40S_PAGE = "https://www.nvidia.com/en-us/data-center/l40s/"
+L40_PAGE = "https://www.nvidia.com/en-us/data-center/l40/"
+A10_PAGE = "https://www.nvidia.com/en-us/data-center/products/a10-gpu/"
+V100_PAGE = "https://www.nvidia.com/en-us/data-center/v100/"
+T4_PAGE = "https://www.nvidia.com/en-us/data-center/tesla-t4/"
+
+GPU_PEAKS: dict[str, Peaks] = {
+    # H100_DATASHEET and H100_PAGE, "H100 SXM" column: FP32 67, TF32 Tensor Core 989*,
+    # BFLOAT16 1,979*, FP16 1,979*, FP8 3,958* TFLOPS.
+    "H100 SXM": Peaks(67, _dense(989), _dense(1979), _dense(1979), _dense(3958)),
+    # H100_DATASHEET (2022-23 editions), "H100 PCIe" column (114 SMs, 350 W): FP32 51,
+    # TF32 756*, BFLOAT16 1,513*, FP16 1,513*, FP8 3,026* TFLOPS.
+    "H100 PCIe": Peaks(51, _dense(756), _dense(1513), _dense(1513), _dense(3026)),
+    # H100_PAGE and H100_DATASHEET (2024 on), "H100 NVL" column, per GPU (the 2023 edition
+    # quoted a bridged pair of GPUs): FP32 60, TF32 835*, BFLOAT16 1,671*, FP16 1,671*,
+    # FP8 3,341* TFLOPS.
+    "H100 NVL": Peaks(60, _dense(835), _dense(1671), _dense(1671), _dense(3341)),
+    # H200_PAGE, "H200 SXM" column (the H100 SXM's GH100 compute, more memory): FP32 67,
+    # TF32 989*, BFLOAT16 1,979*, FP16 1,979*, FP8 3,958* TFLOPS.
+    "H200 SXM": Peaks(67, _dense(989), _dense(1979), _dense(1979), _dense(3958)),
+    # H200_PAGE, "H200 NVL" column: FP32 60, TF32 835*, BFLOAT16 1,671*, FP16 1,671*,
+    # FP8 3,341* TFLOPS.
+    "H200 NVL": Peaks(60, _dense(835), _dense(1671), _dense(1671), _dense(3341)),
+    # A100_DATASHEET, the same for all four (40/80 GB, PCIe/SXM): FP32 19.5, TF32 156 | 312*,
+    # BFLOAT16 312 | 624*, FP16 312 | 624* TFLOPS (dense figure first). No FP8 (Ampere).
+    "A100": Peaks(19.5, 156, 312, 312),
+    # L4_PAGE: FP32 30.3, TF32 120*, FP16 242*, BFLOAT16 242*, FP8 485* TFLOPS.
+    "L4": Peaks(30.3, _dense(120), _dense(242), _dense(242), _dense(485)),
+    # L40S_PAGE: FP32 91.6, TF32 183 | 366*, BFLOAT16 362.05 | 733*, FP16 362.05 | 733*,
+    # FP8 733 | 1,466* TFLOPS (dense figure first).
+    "L40S": Peaks(91.6, 183, 362.05, 362.05, 733),
+    # L40_PAGE: FP32 90.5, TF32 90.5 | 181*, BFLOAT16 181.05 | 362.1*,
+    # FP16 181.05 | 362.1*, FP8 362 | 724* TFLOPS (dense figure first).
+    "L40": Peaks(90.5, 90.5, 181.05, 181.05, 362),
+    # A10_PAGE: FP32 31.2, TF32 62.5 | 125*, BFLOAT16 125 | 250*, FP16 125 | 250* TFLOPS.
+    "A10": Peaks(31.2, 62.5, 125, 125),
+    # V100_PAGE (no sparsity before Ampere; "Tensor Performance" is FP16 with FP32
+    # accumulate): SXM2 FP32 15.7, Tensor 125; PCIe FP32 14, Tensor 112; V100S PCIe FP32 16.4,
+    # Tensor 130 TFLOPS. No TF32 or BF16 (Volta).
+    "V100 SXM2": Peaks(15.7, fp16=125),
+    "V100 PCIe": Peaks(14, fp16=112),
+    "V100S PCIe": Peaks(16.4, fp16=130),
+    # T4_PAGE: Single-Precision 8.1, Mixed-Precision (FP16/FP32) 65 TFLOPS. No TF32/BF16.
+    "T4": Peaks(8.1, fp16=65),
+}
+
+# torch.cuda.get_device_name() strings, "NVIDIA " or "Tesla " taken off and lower-cased, to the
+# table's models. Whole names only: "L4" must not take "L40S", and a variant not named here
+# (a bare "H100", "A100-SXM-64GB", an H800, a MIG slice) has no peak rather than a wrong one.
+_GPU_NAMES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(pattern), model)
+    for pattern, model in [
+        (r"h100 80gb hbm3", "H100 SXM"),  # SXM boards name their memory
+        (r"h100 pcie", "H100 PCIe"),
+        (r"h100 nvl", "H100 NVL"),
+        (r"h200", "H200 SXM"),
+        (r"h200 nvl", "H200 NVL"),
+        (r"a100-sxm4-(40|80)gb|a100-pcie-40gb|a100 80gb pcie", "A100"),
+        (r"l4", "L4"),
+        (r"l40s", "L40S"),
+        (r"l40", "L40"),
+        (r"a10", "A10"),  # not the A10G, a cloud-only variant with no NVIDIA datasheet
+        (r"v100-sxm2-(16|32)gb", "V100 SXM2"),
+        (r"v100-pcie-(16|32)gb", "V100 PCIe"),
+        (r"v100s-pcie-32gb", "V100S PCIe"),
+        (r"t4", "T4"),
+    ]
+]
+_PEAK_FIELDS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+def gpu_model(device_name: str) -> str | None:
+    """The table's model for a torch.cuda.get_device_name() string, or None if it is not
+    listed (MIG slices, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", are not listed either: a slice
+    has a fraction of the peak)."""
+    name = device_name.strip().lower()
+    for prefix in ("nvidia ", "tesla "):
+        name = name.removeprefix(prefix)
+    for pattern, model in _GPU_NAMES:
+        if pattern.fullmatch(name):
+            return model
+    return None
+
+
+def peak_tflops(device_type: str, device_name: str, precision: str) -> float | None:
+    """The dense peak TFLOP/s of this GPU for a resolved precision (fp32, tf32, fp16, bf16,
+    fp8 or fp8-rowwise: both FP8 recipes run the FP8 tensor cores), or None: a CPU, a GPU not
+    in GPU_PEAKS, or a precision the GPU has no math for (run emulated)."""
+    if device_type != "cuda":
+        return None
+    model = gpu_model(device_name)
+    if model is None:
+        return None
+    field = "fp8" if precision.startswith("fp8") else precision
+    return getattr(GPU_PEAKS[model], field) if field in _PEAK_FIELDS else None
+
+
+def achieved_tflops(flops_per_step: int, steps: int, seconds: float) -> float:
+    """TFLOP/s over `seconds` of training: steps x the FLOPs of one step."""
+    return flops_per_step * steps / seconds / 1e12
+
+
+def mfu(achieved: float, peak: float | None) -> float | None:
+    """Model FLOP/s utilisation: achieved over peak TFLOP/s; None without a peak."""
+    return achieved / peak if peak else None

@@ -1,0 +1,161 @@
+"""Float8 training of a model's nn.Linear layers with torchao: the fp8 and fp8-rowwise arms.
+
+torchao's float8 training (torchao.float8.convert_to_float8_training) swaps nn.Linear layers
+for Float8Linear, whose three matmuls (output, input gradient, weight gradient) cast their
+operands to float8 with dynamic scales and run on the FP8 tensor cores (torch._scaled_mm), on
+CUDA compute capability 8.9 (Ada) and newer. The weights stay in their own dtype (fp32 here,
+as in every arm): float8 exists only inside the matmuls. Two of torchao's recipes are arms:
+
+fp8          "tensorwise": one scale per tensor; e4m3 for inputs and weights, e5m2 for gradients
+             (cuBLAS's tensorwise FP8 kernel; torchao's fastest recipe)
+fp8-rowwise  "rowwise": a scale per row, rounded down to a power of two; e4m3 throughout
+             (CUTLASS's rowwise kernel; more accurate)
+
+Only Linear layers convert, and only those torchao's auto-filter picks for the recipe: dims
+multiples of 16 (what the FP8 kernels require) and large enough for FP8 to pay for its casts
+(thresholds from torchao's H100 benchmarks). A CIFAR ResNet has one Linear, 512 -> 10, which
+neither recipe takes, so a model with nothing to convert is refused rather than measured as a
+bf16 run under an fp8 label.
+
+torchao is imported only here and only when an fp8 arm is built: it is an optional dependency
+(the `fp8` extra) and takes seconds to import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+from types import ModuleType
+
+from torch import nn
+
+from ampbench.errors import AmpbenchError
+
+# The precision each recipe is offered as, and back.
+FP8_RECIPES = {"fp8": "tensorwise", "fp8-rowwise": "rowwise"}
+_PRECISION_OF = {recipe: precision for precision, recipe in FP8_RECIPES.items()}
+
+
+def torchao_version() -> str | None:
+    """The installed torchao's version, or None: found without importing it."""
+    if importlib.util.find_spec("torchao") is None:
+        return None
+    try:
+        return importlib.metadata.version("torchao")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def require_torchao(precision: str) -> str:
+    """torchao's version, or a one-line error naming the precision that needs it."""
+    version = torchao_version()
+    if version is None:
+        raise AmpbenchError(
+            f"--precision {precision}: float8 training needs torchao, which is not installed "
+            "(pip install 'ampbench[fp8]')"
+        )
+    return version
+
+
+def _float8(precision: str) -> ModuleType:
+    require_torchao(precision)
+    import torchao.float8
+
+    return torchao.float8
+
+
+def _recipe_precision(recipe: str) -> str:
+    if recipe not in _PRECISION_OF:
+        raise ValueError(f"float8 recipe '{recipe}' is not one of {', '.join(_PRECISION_OF)}")
+    return _PRECISION_OF[recipe]
+
+
+def _skip_reason(layer: nn.Linear) -> str:
+    """Why torchao's auto-filter leaves this layer in high precision, in a few words."""
+    out_features, in_features = layer.weight.shape
+    if in_features % 16 or out_features % 16:
+        return "dims not multiples of 16"
+    return "too small for float8 to pay"
+
+
+def _describe(skipped: list[tuple[str, nn.Linear]]) -> str:
+    shown = [
+        f"'{name}' {layer.in_features}->{layer.out_features} ({_skip_reason(layer)})"
+        for name, layer in skipped[:3]
+    ]
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return ", ".join(shown) + more
+
+
+def convert_for_fp8(
+    model: nn.Module,
+    recipe: str,
+    emulate: bool,
+    *,
+    model_name: str | None = None,
+    auto_filter: bool = True,
+) -> int:
+    """Convert `model`'s eligible nn.Linear layers, in place, to torchao's float8 training for
+    `recipe` ("tensorwise" or "rowwise"); return how many were converted.
+
+    Which layers: those torchao's auto-filter for the recipe picks (dims multiples of 16 and
+    above its size thresholds), or with auto_filter=False every layer whose dims are multiples
+    of 16 (what the kernels require; smaller ones then run slower than bf16 would). `emulate`
+    runs the matmuls in fp32 on the float8-rounded operands (a CPU, or a GPU without FP8
+    tensor cores): the numerics of float8 training without its speed.
+
+    Call it on the built model, on its device, before the optimizer is made and before
+    torch.compile. Parameters are kept (the same tensors, the same state_dict keys), so an
+    optimizer or a checkpoint made before works too. Refuses, in one line naming the precision
+    and `model_name`, a model with no layer to convert.
+    """
+    precision = _recipe_precision(recipe)
+    name = model_name or type(model).__name__
+    linears = [
+        (fqn, module)
+        for fqn, module in model.named_modules()
+        # nn.MultiheadAttention's out_proj is a Linear whose forward is never called (the
+        # attention uses its weight directly): converting it would change nothing.
+        if isinstance(module, nn.Linear)
+        and not isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear)
+    ]
+    if not linears:
+        raise AmpbenchError(
+            f"--precision {precision}: model {name} has no nn.Linear layer, the only kind "
+            "float8 training converts; use bf16 or fp16 for it"
+        )
+    if isinstance(model, nn.Linear):
+        # torchao returns a new module for a bare Linear instead of converting in place.
+        raise AmpbenchError(
+            f"--precision {precision}: model {name} is a bare nn.Linear; float8 training "
+            "converts the layers inside a model (wrap it in an nn.Sequential)"
+        )
+    float8 = _float8(precision)
+    if auto_filter:
+        # torchao's own (exported, marked experimental) filter, so that its thresholds are the
+        # ones of the pinned release rather than a copy here.
+        picks = float8._auto_filter_for_recipe(recipe, filter_fqns=[])
+    else:
+
+        def picks(module: nn.Module, fqn: str) -> bool:
+            out_features, in_features = module.weight.shape
+            return in_features % 16 == 0 and out_features % 16 == 0
+
+    chosen = {fqn for fqn, module in linears if picks(module, fqn)}
+    if not chosen:
+        what = f"torchao's {recipe} auto-filter" if auto_filter else "the multiple-of-16 rule"
+        raise AmpbenchError(
+            f"--precision {precision}: model {name} has no Linear layer float8 training can "
+            f"convert ({what} skips {_describe(linears)}); float8 needs dims multiples of 16 "
+            "and pays only on large matmuls: use bf16 or fp16 for this model"
+        )
+    config = dataclasses.replace(
+        float8.Float8LinearConfig.from_recipe_name(recipe), emulate=emulate
+    )
+    float8.convert_to_float8_training(
+        model,
+        module_filter_fn=lambda module, fqn: fqn in chosen,
+        config=config,
+    )
+    return len(chosen)
