@@ -94,7 +94,7 @@ def test_runs_metrics_and_models_arrive_on_the_server(
         history = client.get_metric_history(child.info.run_id, "test_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
     # The same metric names in every arm, so that MLflow's compare view lines them up.
-    assert len({frozenset(child.data.metrics) for child in children}) == 1
+    assert len({frozenset(tracked(child.data.metrics)) for child in children}) == 1
     models = client.search_logged_models(experiment_ids=[parent.info.experiment_id])
     assert {m.source_run_id for m in models} == {c.info.run_id for c in children}
     versions = client.search_model_versions(f"name='ampbench-{proxied_run['experiment']}'")
@@ -245,3 +245,9 @@ def test_system_metrics_are_sampled_on_a_thread_and_sent_with_the_epochs(
     assert memory > 0
     run.finish({})
     assert not sampler._thread.is_alive()
+
+
+def tracked(metrics: dict[str, float]) -> set[str]:
+    """The training metrics' names: system metrics (system/...) arrive every 10 s, so an arm
+    shorter than that has none."""
+    return {name for name in metrics if not name.startswith("system/")}
