@@ -82,6 +82,35 @@ def name_list(text: str) -> list[str]:
     return _distinct(text, [part.strip() for part in text.split(",") if part.strip()])
 
 
+def precision_list(text: str) -> list[str]:
+    """`tf32,fp16,bf16`: distinct precision names, each one ampbench knows."""
+    from ampbench.components.train import PRECISIONS
+
+    names = name_list(text)
+    for name in names:
+        if name not in PRECISIONS:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: '{name}' (choose from {', '.join(PRECISIONS)})"
+            )
+    return names
+
+
+def model_name(text: str) -> str:
+    """A --model value: a usage error, like any other malformed option. Only a name that is
+    neither built in nor of the factory form costs an import (torchvision's list)."""
+    from ampbench.components.train.config import model_name_problem
+
+    problem = model_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"invalid choice: '{text}': {problem}")
+    return text
+
+
+def model_list(text: str) -> list[str]:
+    """`resnet18,vit-s`: distinct model names, each as --model takes it."""
+    return [model_name(name) for name in name_list(text)]
+
+
 def image_reference(text: str) -> str:
     try:
         return check_image_reference(text)

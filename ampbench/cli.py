@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -15,14 +16,16 @@ from ampbench import __version__, storage
 from ampbench.argtypes import (
     DefaultsHelpFormatter,
     batch_size_list,
-    name_list,
+    model_list,
+    model_name,
     non_negative_int,
     non_negative_number,
     positive_int,
+    precision_list,
     seed_list,
 )
 from ampbench.errors import AmpbenchError
-from ampbench.logs import setup_logging
+from ampbench.logs import rank, setup_logging
 from ampbench.pipelines.compile import add_build_options
 from ampbench.pipelines.submit import add_commands as _add_kfp
 from ampbench.tracking import DEFAULT_EXPERIMENT
@@ -32,15 +35,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _add_training_options(parser: argparse.ArgumentParser) -> None:
     """What `run` and `train` share, with TrainConfig's defaults."""
-    from ampbench.components.train.config import MODEL_FORMS, TrainConfig, model_name_problem
-
-    def model_name(value: str) -> str:
-        # A usage error (exit status 2), like any other malformed option; only a name that is
-        # neither built in nor of the factory form costs an import (torchvision's list).
-        problem = model_name_problem(value)
-        if problem is not None:
-            raise argparse.ArgumentTypeError(f"invalid choice: '{value}': {problem}")
-        return value
+    from ampbench.components.train.config import MODEL_FORMS, TrainConfig
 
     parser.add_argument(
         "--subset",
@@ -148,13 +143,13 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     )
     matrix.add_argument(
         "--precisions",
-        type=name_list,
+        type=precision_list,
         metavar="LIST",
         help="precisions to compare with the baseline, e.g. tf32,fp16,bf16 (of "
         f"{', '.join(PRECISIONS)})",
     )
     matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
-    matrix.add_argument("--models", type=name_list, metavar="LIST", help="e.g. resnet18,vit-s")
+    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
     _add_comparison_options(parser)
     parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
     parser.add_argument(
@@ -195,37 +190,31 @@ def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: ob
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ampbench.components.train import AMP_PRECISION, PRECISIONS
-    from ampbench.components.train.config import TrainConfig, check_pipeline_settings
-    from ampbench.matrix import matrix_runs
+    from ampbench.components.train import AMP_PRECISION
+    from ampbench.components.train.config import TrainConfig
+    from ampbench.matrix import check_matrix, matrix_runs
     from ampbench.pipelines.local import export, run_local, summary_lines
 
     models = _one_or_list(args, "model", "models", TrainConfig.model)
     batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", TrainConfig.batch_size)
     precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)
-    for precision in precisions:
-        if precision not in PRECISIONS:
-            raise AmpbenchError(
-                f"--precisions: '{precision}' is not one of {', '.join(PRECISIONS)}"
-            )
-    for model in models:
-        for batch_size in batch_sizes:
-            check_pipeline_settings(
-                epochs=args.epochs,
-                batch_size=batch_size,
-                lr=args.lr,
-                model=model,
-                subset=args.subset,
-                image_size=args.image_size,
-            )
-    _check_precisions_here([args.baseline_precision, *precisions], args.allow_emulated)
     seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
+    runs = matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision)
+    check_matrix(
+        runs,
+        args.baseline_precision,
+        epochs=args.epochs,
+        lr=args.lr,
+        subset=args.subset,
+        image_size=args.image_size,
+    )
+    _check_precisions_here([args.baseline_precision, *precisions], args.allow_emulated)
     arguments = {
         "data": args.data,
         "subset": args.subset,
         "epochs": args.epochs,
         "lr": args.lr,
-        "runs": matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision),
+        "runs": runs,
         "baseline_precision": args.baseline_precision,
         "image_size": args.image_size,
         "target_accuracy": args.target_accuracy,
@@ -364,18 +353,33 @@ def _prepare(args: argparse.Namespace) -> int:
 
 # -- train --------------------------------------------------------------------------------------
 def _add_train(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train import PRECISIONS
+    from ampbench.components.train import GRAD_COMM, PRECISIONS
     from ampbench.components.train.config import TrainConfig
 
     parser = commands.add_parser(
         "train",
         help="run the train step by itself",
         description="Train one precision arm on a prepared dataset; write results.json and "
-        "model.pt to the output directory.",
+        "model.pt to the output directory. Runs unchanged under torchrun (one process per GPU, "
+        "or gloo between CPU processes): --batch-size is then each process's batch, and rank 0 "
+        "writes the outputs, checkpoints and MLflow run.",
     )
-    parser.add_argument("--dataset", type=Path, required=True, help="a prepared dataset directory")
+    parser.add_argument(
+        "--dataset",
+        required=True,
+        help="a prepared dataset directory, or an s3:// prefix holding one (fetched first)",
+    )
     parser.add_argument("--precision", required=True, choices=PRECISIONS)
-    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument(
+        "--output-dir",
+        required=True,
+        help="a folder, or an s3:// prefix (written once the training ends: how the nodes of a "
+        "TrainJob hand the arm back to its pipeline task)",
+    )
+    parser.add_argument(
+        "--pipeline-run-id", default="", help="the KFP run this training belongs to (MLflow tag)"
+    )
+    parser.add_argument("--register-model", metavar="NAME", help="register the model in MLflow")
     _add_training_options(parser)
     parser.add_argument(
         "--seed", type=int, default=TrainConfig.seed, help="seed of weights, order and subset"
@@ -427,50 +431,76 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         default=TrainConfig.max_skipped_steps,
         help="fp16: stop after this many loss-scale skips in a row",
     )
+    parser.add_argument(
+        "--grad-comm",
+        choices=GRAD_COMM,
+        default=TrainConfig.grad_comm,
+        help="under torchrun: the precision gradients are all-reduced in (DDP's compression hooks)",
+    )
     parser.set_defaults(handler=_train)
 
 
 def _train(args: argparse.Namespace) -> int:
     from ampbench.components.train.config import TrainConfig
+    from ampbench.components.train.launch import MODEL_FILE, RESULTS_FILE
     from ampbench.components.train.step import TrackingOptions, run_training
 
-    config = TrainConfig(
-        dataset_dir=args.dataset,
-        precision=args.precision,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        seed=args.seed,
-        model=args.model,
-        label_smoothing=args.label_smoothing,
-        warmup_fraction=args.warmup_fraction,
-        eval_batch_size=args.eval_batch_size,
-        max_skipped_steps=args.max_skipped_steps,
-        compile=args.compile,
-        deterministic=args.deterministic,
-        subset=args.subset,
-        device=args.device,
-        checkpoint_dir=args.checkpoint_dir,
-        checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints,
-        resume=args.resume,
-        warmup_steps=args.warmup_steps,
-        allow_emulated=args.allow_emulated,
-        image_size=args.image_size,
-        target_accuracy=args.target_accuracy,
-    )
-    results_path = args.output_dir / "results.json"
-    results = run_training(
-        config,
-        results_path,
-        args.output_dir / "model.pt",
-        None if args.no_tracking else TrackingOptions(experiment=args.experiment),
-    )
+    for location in (args.dataset, args.output_dir):
+        if storage.is_s3(location):
+            storage.split_s3(location)  # a malformed URI fails now, not after the training
+    tracking = TrackingOptions(args.experiment, args.pipeline_run_id, args.register_model or "")
+    with contextlib.ExitStack() as stack:
+
+        def scratch(prefix: str) -> Path:
+            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+
+        # The nodes of a TrainJob read the data set from, and hand the outputs back to, S3.
+        dataset = Path(args.dataset)
+        if storage.is_s3(args.dataset):
+            dataset = storage.fetch_tree(args.dataset, scratch("ampbench-dataset-"))[0]
+        local = scratch("ampbench-train-") if storage.is_s3(args.output_dir) else None
+        output_dir = local or Path(args.output_dir)
+        config = TrainConfig(
+            dataset_dir=dataset,
+            precision=args.precision,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            seed=args.seed,
+            model=args.model,
+            label_smoothing=args.label_smoothing,
+            warmup_fraction=args.warmup_fraction,
+            eval_batch_size=args.eval_batch_size,
+            max_skipped_steps=args.max_skipped_steps,
+            compile=args.compile,
+            deterministic=args.deterministic,
+            subset=args.subset,
+            device=args.device,
+            checkpoint_dir=args.checkpoint_dir,
+            checkpoint_every=args.checkpoint_every,
+            keep_checkpoints=args.keep_checkpoints,
+            resume=args.resume,
+            warmup_steps=args.warmup_steps,
+            allow_emulated=args.allow_emulated,
+            image_size=args.image_size,
+            target_accuracy=args.target_accuracy,
+            grad_comm=args.grad_comm,
+        )
+        results = run_training(
+            config,
+            output_dir / RESULTS_FILE,
+            output_dir / MODEL_FILE,
+            None if args.no_tracking else tracking,
+        )
+        if rank() != 0:  # under torchrun, rank 0 speaks for the run
+            return 0
+        if local is not None:
+            storage.copy_tree(local, args.output_dir, [RESULTS_FILE, MODEL_FILE])
     print(
         f"{results.precision.requested} ({results.precision.support}): accuracy "
         f"{results.accuracy:.4f}, {results.timing.throughput_img_s:,.1f} images/s, "
         f"{results.timing.train_time_s:.2f} s training, {results.memory.train_peak_mb:,.1f} MB "
-        f"training peak -> {results_path}"
+        f"training peak -> {storage.join(args.output_dir, RESULTS_FILE)}"
     )
     return 0
 

@@ -12,6 +12,18 @@ POD_ENV = "KUBERNETES_SERVICE_HOST"
 # From the ConfigMap: where training tasks checkpoint when a run names no checkpoint_dir.
 CHECKPOINT_URI_ENV = "AMPBENCH_CHECKPOINT_URI"
 CONFIG_MAP = "ampbench-config"
+# What the pods read from the ConfigMap (endpoints) and the Secret (keys) that manifests/
+# creates, by name: the pipeline's tasks and the TrainJobs a train task creates alike.
+CONFIG_MAP_KEYS = (
+    "MLFLOW_TRACKING_URI",
+    "AWS_ENDPOINT_URL",
+    "MLFLOW_S3_ENDPOINT_URL",
+    "AWS_DEFAULT_REGION",
+    "AWS_REQUEST_CHECKSUM_CALCULATION",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION",
+    CHECKPOINT_URI_ENV,
+)
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 def in_pod() -> bool:

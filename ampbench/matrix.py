@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION, PRECISIONS
-from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.config import TrainConfig, check_pipeline_settings
 from ampbench.errors import AmpbenchError
 
 
@@ -115,4 +115,23 @@ def check_runs(runs: object, baseline: str) -> list[MatrixRun]:
             )
     if all(precisions == {baseline} for precisions in groups.values()):
         raise AmpbenchError(f"runs: only baseline ({baseline}) runs; nothing to compare")
+    return parsed
+
+
+def check_matrix(
+    runs: object, baseline: str, *, epochs: int, lr: float, subset: int, image_size: int
+) -> list[MatrixRun]:
+    """check_runs, and the training settings of every (model, batch size) group: what `ampbench
+    run`, `ampbench submit` and the prepare step check before any training task starts (those
+    are retried on failure, and a user's mistake must reach the user once, in seconds)."""
+    parsed = check_runs(runs, baseline)
+    for model, batch_size in sorted({(run.model, run.batch_size) for run in parsed}):
+        check_pipeline_settings(
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            model=model,
+            subset=subset,
+            image_size=image_size,
+        )
     return parsed

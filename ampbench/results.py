@@ -76,8 +76,8 @@ DEFINITIONS = {
 
 @dataclass(frozen=True)
 class PrecisionRecord:
-    requested: str  # the arm as asked for: fp32, tf32, fp16, bf16 or amp
-    resolved: str  # what it is on this device: fp32, tf32, fp16 or bf16
+    requested: str  # the arm as asked for: fp32, tf32, fp16, bf16, amp, fp8 or fp8-rowwise
+    resolved: str  # what it is on this device: any of those but amp
     autocast_dtype: str | None  # float16, bfloat16 or None
     grad_scaler: bool
     tf32: bool  # TF32 allowed for matmuls and cuDNN convolutions
@@ -181,6 +181,18 @@ class Compute:
 
 
 @dataclass(frozen=True)
+class Distributed:
+    """How many processes trained the arm (torchrun; 1: a single process) and how the batch
+    was shared among them."""
+
+    world_size: int
+    per_rank_batch: int  # --batch-size: each process's share of a step
+    global_batch: int  # per_rank_batch x world_size: the images of one optimizer step
+    backend: str | None  # nccl or gloo; None in a single process
+    grad_comm: str  # the precision gradients were all-reduced in
+
+
+@dataclass(frozen=True)
 class TimeToTarget:
     """DEFINITIONS["Time to target"]."""
 
@@ -219,12 +231,17 @@ class ArmResults:
     # Optional within schema version 2 (files written before they existed lack them):
     compute: Compute | None = None
     time_to_target: TimeToTarget | None = None
+    distributed: Distributed | None = None  # None: written before it existed (one process)
     # Set when read from an older schema (see upgrade_v1): its figures mean what they meant.
     upgraded_from_schema: int | None = None
 
     @property
     def seed(self) -> int:
         return int(self.hyperparameters["seed"])  # type: ignore[arg-type]
+
+    @property
+    def world_size(self) -> int:
+        return self.distributed.world_size if self.distributed else 1
 
 
 def read_arm_results(path: Path) -> ArmResults:

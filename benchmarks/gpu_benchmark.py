@@ -39,6 +39,7 @@ from common import archive_argument, table, write_json  # noqa: E402
 from ampbench import schema  # noqa: E402
 from ampbench.components.compare.analysis import compare_arms  # noqa: E402
 from ampbench.components.compare.report import render_text, tables  # noqa: E402
+from ampbench.components.train.config import TrainConfig  # noqa: E402
 from ampbench.errors import AmpbenchError  # noqa: E402
 from ampbench.results import ArmResults, read_arm_results  # noqa: E402
 
@@ -62,7 +63,7 @@ def train_one_arm(args: argparse.Namespace) -> int:
     config = TrainConfig(
         dataset_dir=args.dataset, precision=args.precision, epochs=args.epochs,
         batch_size=args.batch_size, seed=args.seed, model=args.model, compile=args.compile,
-        device=args.device, allow_emulated=args.allow_emulated,
+        device=args.device, allow_emulated=args.allow_emulated, lr=args.lr,
     )  # fmt: skip
     try:  # an arm this device cannot run natively is skipped; any other error is a failure
         resolve(config.precision, pick_device(config.device), config.allow_emulated)
@@ -86,6 +87,7 @@ def run_arm(args: argparse.Namespace, dataset: Path, precision: str, batch: int,
         sys.executable, __file__, "--arm-results", str(out), "--dataset", str(dataset),
         "--precision", precision, "--batch-size", str(batch), "--seed", str(seed),
         "--epochs", str(args.epochs), "--model", args.model, "--device", args.device,
+        "--lr", str(args.lr),
     ]  # fmt: skip
     command += ["--compile"] if args.compile else []
     command += ["--allow-emulated"] if args.allow_emulated else []
@@ -112,6 +114,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, help="default 2 (cpu: 1)")
     parser.add_argument("--subset", type=int, help="images per split; default all (cpu: 256)")
     parser.add_argument("--model", help="default resnet18 (cpu: small-cnn)")
+    parser.add_argument(
+        "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile (in the warm-up)")
     parser.add_argument(
         "--allow-emulated",

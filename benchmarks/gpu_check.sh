@@ -8,16 +8,19 @@
 #   2. runs the full-CIFAR-10 experiment (ResNet-18, 2 epochs) at batch 128 and 512 in fp32,
 #      amp (fp16), bf16 and tf32, each arm in a process of its own, and prints the RESULTS
 #      block, the table against strict fp32 and the verdict per batch size. One seed by
-#      default, to stay within 8 minutes on an H200; --seeds 0,1,2 gives intervals.
+#      default, to stay within 8 minutes on an H200; --seeds 0,1,2 gives intervals;
+#   3. the same for the ViT (vit-s, Linear-heavy: where bf16 and fp8 should gain), batch 512,
+#      torch.compile in the warm-up, in fp32, bf16 and fp8 (torchao's tensorwise float8;
+#      compute capability 8.9+, else the arm is skipped with its reason).
 # Everything lands in OUT: gpu-tests.txt, gpu-benchmark.txt, arms.jsonl (each arm as it
-# finishes), gpu.json. Exit status: non-zero if a GPU test failed or the benchmark did, after
-# both have run.
+# finishes), gpu.json, and vit-benchmark.txt, vit-arms.jsonl, vit.json. Exit status: non-zero
+# if a GPU test failed or a benchmark did, after all have run.
 #
 #   benchmarks/gpu_check.sh [--data ARCHIVE] [--out DIR] [--seeds 0]
 #   benchmarks/gpu_check.sh --cpu-smoke [--data ARCHIVE] [--out DIR]
 #
 # --cpu-smoke runs the same steps where there is no GPU, small: the gpu tests are collected
-# (they would skip), and the benchmark runs its CPU smoke test. `make test` runs it.
+# (they would skip), and the benchmarks run their CPU smoke tests (fp8 emulated). `make test` runs it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
     --data) data=$2; shift ;;
     --out) out=$2; shift ;;
     --seeds) seeds=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -75,6 +78,11 @@ if [ "$smoke" = 1 ]; then
   "$python" benchmarks/gpu_benchmark.py --device cpu --data "$data" --arms "$out/arms.jsonl" \
     --json "$out/gpu.json" 2>&1 | tee "$out/gpu-benchmark.txt"
   bench_rc=${PIPESTATUS[0]}
+  # fp8 runs emulated here (torchao's emulate=True): the script's path, not its speed.
+  "$python" benchmarks/gpu_benchmark.py --device cpu --data "$data" --model vit-s --lr 0.02 \
+    --precisions fp32,fp8 --subset 64 --batch-sizes 16 --arms "$out/vit-arms.jsonl" \
+    --json "$out/vit.json" 2>&1 | tee "$out/vit-benchmark.txt"
+  vit_rc=${PIPESTATUS[0]}
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   "$python" -m pytest -m gpu -q -p no:cacheprovider "${timeout_option[@]}" tests/test_gpu.py \
@@ -84,7 +92,12 @@ else
   "$python" benchmarks/gpu_benchmark.py --data "$data" --seeds "$seeds" \
     --arms "$out/arms.jsonl" --json "$out/gpu.json" 2>&1 | tee "$out/gpu-benchmark.txt"
   bench_rc=${PIPESTATUS[0]}
+  echo "gpu_check: ResNet-18 benchmark done at $((SECONDS - started)) s"
+  "$python" benchmarks/gpu_benchmark.py --data "$data" --seeds "$seeds" --model vit-s --lr 0.02 \
+    --compile --precisions fp32,bf16,fp8 --batch-sizes 512 --arms "$out/vit-arms.jsonl" \
+    --json "$out/vit.json" 2>&1 | tee "$out/vit-benchmark.txt"
+  vit_rc=${PIPESTATUS[0]}
 fi
-echo "gpu_check: tests exit $tests_rc, benchmark exit $bench_rc, $((SECONDS - started)) s in all;" \
-  "outputs in $out/"
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+echo "gpu_check: tests exit $tests_rc, benchmark exit $bench_rc, ViT benchmark exit $vit_rc," \
+  "$((SECONDS - started)) s in all; outputs in $out/"
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$vit_rc" = 0 ]

@@ -16,30 +16,19 @@ from kfp.dsl.graph_component import GraphComponent
 from kfp.dsl.pipeline_channel import PipelineParameterChannel
 
 from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
-from ampbench.cluster import CHECKPOINT_URI_ENV
+from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train import BASELINE_PRECISION, DEFAULT_DATA
 from ampbench.components.train.component import train
 from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.trainjob import DEFAULT_RUNTIME
 from ampbench.matrix import DEFAULT_RUNS
 from ampbench.tracking import DEFAULT_EXPERIMENT
 
 SCHEDULES = ("parallel", "sequential")
 DEFAULT_TRAIN_TIMEOUT_S = 6 * 3600
 TRAIN_RETRIES = 2
-# What the pods read from the ConfigMap (endpoints) and the Secret (keys) that
-# manifests/ creates; names overridable per run. Nothing of it is a literal in the YAML.
-CONFIG_MAP_KEYS = (
-    "MLFLOW_TRACKING_URI",
-    "AWS_ENDPOINT_URL",
-    "MLFLOW_S3_ENDPOINT_URL",
-    "AWS_DEFAULT_REGION",
-    "AWS_REQUEST_CHECKSUM_CALCULATION",
-    "AWS_RESPONSE_CHECKSUM_VALIDATION",
-    CHECKPOINT_URI_ENV,
-)
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 class PipelineOutputs(NamedTuple):
@@ -111,7 +100,12 @@ def build_pipeline(
         checkpoint_dir: str = "",
         checkpoint_every: int = 200,
         gpu_resource: str = "nvidia.com/gpu",
+        # GPUs per training task (more than 1: torchrun, one process per GPU) and nodes per
+        # training task (more than 1: a Kubeflow Trainer TrainJob of trainer_runtime, each
+        # node gpu_count GPUs; needs checkpoint_dir, or the ConfigMap's, on S3).
         gpu_count: int = 1,
+        num_nodes: int = 1,
+        trainer_runtime: str = DEFAULT_RUNTIME,
         gpu_node_selector: dict = {},  # noqa: B006 - e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         train_cpu: str = "4",
         train_memory: str = "32Gi",
@@ -163,6 +157,12 @@ def build_pipeline(
                 requested_gpu_count=gpu_count,
                 requested_cpu=train_cpu,
                 requested_memory=train_memory,
+                num_nodes=num_nodes,
+                trainer_runtime=trainer_runtime,
+                trainjob_image=image,
+                node_selector=gpu_node_selector,
+                config_map=config_map,
+                s3_secret=s3_secret,
             )
             task.set_display_name("train")
             task.set_accelerator_type(gpu_resource).set_accelerator_limit(gpu_count)

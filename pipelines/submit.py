@@ -41,9 +41,10 @@ from kfp.client.client import KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, KF_PIPELINES
 from ampbench import __version__
 from ampbench.argtypes import (
     batch_size_list,
-    name_list,
+    model_list,
     number,
     positive_number,
+    precision_list,
     seed_list,
     whole_number,
 )
@@ -619,9 +620,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "batch size) group with its own baseline arm; a list not given keeps the default "
         "experiment's single value.",
     )
-    matrix.add_argument("--models", type=name_list, metavar="LIST", help="e.g. resnet18,vit-s")
+    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
     matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
-    matrix.add_argument("--precisions", type=name_list, metavar="LIST", help="e.g. tf32,fp16,bf16")
+    matrix.add_argument(
+        "--precisions", type=precision_list, metavar="LIST", help="e.g. tf32,fp16,bf16"
+    )
     matrix.add_argument("--seeds", type=seed_list, metavar="LIST", help="e.g. 0,1,2")
     parameters = pipeline_parameters()
     _add_pipeline_options(submit, parameters)
@@ -650,8 +653,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from ampbench.components.train.config import check_pipeline_settings
-    from ampbench.matrix import check_runs, matrix_runs
+    from ampbench.matrix import check_matrix, matrix_runs
     from ampbench.pipelines.compile import compile_pipeline
 
     if args.timeout is not None and not args.wait:
@@ -676,16 +678,14 @@ def _submit(args: argparse.Namespace) -> int:
             arguments.get("baseline_precision", defaults["baseline_precision"]),
         )
     settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
-    runs = check_runs(settings["runs"], settings["baseline_precision"])
-    for model, batch_size in sorted({(run.model, run.batch_size) for run in runs}):
-        check_pipeline_settings(
-            epochs=settings["epochs"],
-            batch_size=batch_size,
-            lr=settings["lr"],
-            model=model,
-            subset=settings["subset"],
-            image_size=settings["image_size"],
-        )
+    check_matrix(
+        settings["runs"],
+        settings["baseline_precision"],
+        epochs=settings["epochs"],
+        lr=settings["lr"],
+        subset=settings["subset"],
+        image_size=settings["image_size"],
+    )
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
     with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:

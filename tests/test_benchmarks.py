@@ -30,6 +30,17 @@ def test_gpu_check_smoke_runs_on_the_cpu(cifar_archive: Path, tmp_path: Path) ->
     assert comparison["speedup"] > 0 and comparison["verdict"].startswith("On ")
     assert "===== RESULTS =====" in done.stdout and "Verdict: On " in done.stdout
     assert "steady-state speedup" in done.stdout  # the table against fp32
+    # The ViT with an fp8 arm (emulated on a CPU; a GPU of compute capability 8.9+ runs it).
+    vit_arms = [
+        json.loads(line) for line in (tmp_path / "out" / "vit-arms.jsonl").read_text().splitlines()
+    ]
+    assert [(arm["model"], arm["precision"]["requested"]) for arm in vit_arms] == [
+        ("vit-s", "fp32"),
+        ("vit-s", "fp8"),
+    ]
+    assert vit_arms[1]["precision"]["emulated"] and vit_arms[0]["hyperparameters"]["lr"] == 0.02
+    vit = json.loads((tmp_path / "out" / "vit.json").read_text())["comparisons"]["16"]
+    assert list(vit["arms"]) == ["fp32", "fp8"] and vit["speedup"] > 0
 
 
 def test_gpu_check_refuses_a_missing_archive(tmp_path: Path) -> None:

@@ -152,6 +152,10 @@ def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) 
         (["run", "--seeds", "1,1"], "distinct seeds"),
         (["run", "--model", "vgg"], "argument --model: invalid choice: 'vgg'"),
         (["run", "--max-accuracy-drop", "-1"], "must be 0 or more, not -1"),
+        (["run", "--models", "small-cnn,vgg"], "argument --models: invalid choice: 'vgg'"),
+        (["submit", "--models", "x:"], "argument --models: invalid choice: 'x:'"),
+        (["run", "--precisions", "fp16,int4"], "argument --precisions: invalid choice: 'int4'"),
+        (["submit", "--precisions", "fp9"], "argument --precisions: invalid choice: 'fp9'"),
     ):
         with pytest.raises(SystemExit) as exited:
             main(argv)

@@ -18,11 +18,13 @@ from ampbench.components.compare.analysis import (
     batch_size_of,
     compare_arms,
     compare_runs,
+    precision_label,
 )
 from ampbench.components.compare.plots import BATCH_PLOT, PLOTS
 from ampbench.components.compare.report import render_markdown, render_text, results_block, tables
 from ampbench.components.compare.stats import mean_estimate, ratio_estimate
 from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
+from ampbench.components.train import PRECISIONS
 from ampbench.errors import AmpbenchError
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
@@ -632,3 +634,12 @@ def test_tflops_are_averaged_and_mfu_omitted_where_the_peak_is_unknown() -> None
     assert comparison.arms["fp32"].mfu.value == pytest.approx((40 / 60 + 41 / 60) / 2)
     assert comparison.arms["amp"].mfu is None
     assert "MFU not given: the device's peak is not known" in render_text(comparison)
+
+
+@pytest.mark.parametrize("requested", PRECISIONS)
+def test_every_precision_has_a_label_for_the_verdict(requested: str) -> None:
+    resolved = "bf16" if requested == "amp" else requested
+    for emulated in (False, True):
+        record = PrecisionRecord(requested, resolved, None, False, False, emulated, "test")
+        label = precision_label(record)
+        assert label and label.endswith("emulated)") == emulated

@@ -1,8 +1,9 @@
 """`ampbench run` end to end: real CIFAR-10, the KFP local runner, MLflow, the RESULTS block,
 for an experiment matrix of 2 models x 2 batch sizes x 2 precisions (8 training tasks).
 
-Small models, 256 images, one epoch, --allow-emulated: the flow is under test, on any CPU; the
-AMP arms are labelled emulated where the CPU has no native bf16."""
+Small models (a built-in one and a user's package.module:factory), 256 images, one epoch,
+--allow-emulated: the flow is under test, on any CPU; the AMP arms are labelled emulated where
+the CPU has no native bf16."""
 
 from __future__ import annotations
 
@@ -19,7 +20,23 @@ from mlflow import MlflowClient
 from ampbench.components.compare.plots import BATCH_PLOT, PLOTS
 from ampbench.results import read_arm_results, read_comparison
 
-MODELS = ("small-cnn", "vit-s")
+# The user's model: a module in the run's directory, importable by every task (PYTHONPATH).
+USER_MODEL = "e2e_user_model:tiny_convnet"
+MODELS = ("small-cnn", USER_MODEL)
+USER_MODULE = """
+from torch import nn
+
+
+def tiny_convnet(num_classes, image_shape):
+    channels, _, _ = image_shape
+    return nn.Sequential(
+        nn.Conv2d(channels, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(8 * 16, num_classes),
+    )
+"""
 ARMS = [f"{m} b{b} {p}" for m in MODELS for b in (32, 64) for p in ("fp32", "amp")]
 # The headline pair: the first group's baseline and mixed-precision arms.
 FP32, AMP = ARMS[0], ARMS[1]
@@ -38,7 +55,10 @@ RESULTS_BLOCK = re.compile(
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("run")
+    (work / "user").mkdir()
+    (work / "user" / f"{USER_MODEL.split(':')[0]}.py").write_text(USER_MODULE)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "user"), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(cifar_archive)]
     command += ["--subset", "256", "--epochs", "1", "--allow-emulated"]
     command += ["--models", ",".join(MODELS), "--batch-sizes", "32,64", "--precisions", "amp"]
@@ -151,7 +171,10 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         assert child.info.status == "FINISHED"
     assert parent.data.metrics["speedup"] > 0 and parent.data.metrics["end_to_end_ratio"] > 0
     assert parent.data.params["baseline"] == "fp32" and parent.data.params["arms"] == ",".join(ARMS)
-    assert parent.data.params["models"] == ", ".join(MODELS) and parent.data.params["seeds"] == "0"
+    assert (
+        parent.data.params["models"] == ", ".join(sorted(MODELS))
+        and parent.data.params["seeds"] == "0"
+    )
     assert parent.data.params["batch_sizes"] == "32, 64"
     assert parent.data.metrics[f"{ARMS[-1].replace(' ', '_')}.speedup"] > 0
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}

@@ -395,3 +395,38 @@ def test_a_checkpoint_that_cannot_be_saved_does_not_end_the_training(
     assert results.timing.trained_images == 100
     warnings = [r.getMessage() for r in caplog.records if "not saved" in r.getMessage()]
     assert warnings, "the lost checkpoint went unreported"
+
+
+def test_target_accuracy_stops_at_the_first_epoch_that_reaches_it(
+    synthetic_dataset: Path,
+) -> None:
+    """MLPerf's rule: evaluate each epoch, stop at the first that reaches the target, and
+    record the training time up to there; a target never reached runs every epoch."""
+    never, _ = train(small_config(synthetic_dataset, epochs=3, target_accuracy=1.0))
+    accuracies = [epoch.test_accuracy for epoch in never.epochs]
+    assert max(accuracies) < 1.0, "the data must leave a target that no epoch reaches"
+    missed = never.time_to_target
+    assert missed is not None and not missed.reached
+    assert missed.train_time_s is None and missed.epoch is None
+
+    target = accuracies[1]  # reached by epoch 2 at the latest: the run stops before epoch 3
+    first = next(index for index, accuracy in enumerate(accuracies) if accuracy >= target)
+    stopped, _ = train(small_config(synthetic_dataset, epochs=3, target_accuracy=target))
+    assert metrics_only(stopped) == metrics_only(never)[: first + 1]
+    reached = stopped.time_to_target
+    assert reached is not None and reached.reached and reached.epoch == first + 1
+    assert reached.target_accuracy == target
+    assert reached.train_time_s == stopped.timing.train_time_s > 0
+
+
+def test_achieved_flops_are_the_counted_step_flops_over_the_training_time(
+    synthetic_dataset: Path,
+) -> None:
+    results, _ = train(small_config(synthetic_dataset, epochs=1))
+    compute = results.compute
+    assert compute is not None and compute.flops_per_step > 0
+    steps = results.timing.trained_images // 50
+    expected = compute.flops_per_step * steps / results.timing.train_time_s / 1e12
+    assert compute.achieved_tflops == pytest.approx(expected)
+    assert compute.peak_tflops is None and compute.mfu is None  # no CPU's peak is known
+    assert results.time_to_target is None  # no --target-accuracy

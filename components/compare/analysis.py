@@ -328,6 +328,8 @@ def precision_label(precision: PrecisionRecord) -> str:
         "tf32": "TF32",
         "fp16": "fp16 autocast",
         "bf16": "bf16 autocast",
+        "fp8": "FP8 training (tensorwise scales)",
+        "fp8-rowwise": "FP8 training (rowwise scales)",
     }
     if precision.requested == "amp":
         detail = [precision.resolved] + (["emulated"] if precision.emulated else [])

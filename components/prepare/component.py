@@ -41,26 +41,26 @@ def prepare(
     from ampbench.cluster import check_tracking_server
     from ampbench.components.prepare import SourceOptions, prepare_dataset
     from ampbench.components.prepare.limits import Limits
-    from ampbench.components.train.config import check_against_dataset, check_pipeline_settings
+    from ampbench.components.train.config import check_against_dataset
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
-    from ampbench.matrix import check_runs
+    from ampbench.matrix import check_matrix
 
     setup_logging()
     with reported_as_step("prepare"):
         if tracking:
             check_tracking_server()
-        groups = [] if not runs else check_runs(runs, baseline_precision)
-        arms = sorted({(run.model, run.batch_size) for run in groups})
-        for model_name, batch_size in arms:
-            check_pipeline_settings(
+        checked = []
+        if runs:
+            checked = check_matrix(
+                runs,
+                baseline_precision,
                 epochs=epochs,
-                batch_size=batch_size,
                 lr=lr,
-                model=model_name,
                 subset=subset,
                 image_size=train_image_size,
             )
+        arms = sorted({(run.model, run.batch_size) for run in checked})
         metadata = prepare_dataset(
             data,
             Path(dataset.path),

@@ -14,3 +14,5 @@ DEFAULT_DATA = "cifar10"
 # The built-in networks (models.py); --model also takes a torchvision classification model
 # by name, or package.module:factory.
 MODELS = ("resnet18", "resnet18-imagenet", "small-cnn", "vit-s")
+# Gradient all-reduce precision under torchrun (distributed.py): DDP's compression hooks.
+GRAD_COMM = ("fp32", "bf16", "fp16")

@@ -56,27 +56,45 @@ def train(
     requested_gpu_count: int = 0,
     requested_cpu: str = "",
     requested_memory: str = "",
+    num_nodes: int = 1,
+    trainer_runtime: str = "torch-distributed",
+    trainjob_image: str = "",
+    node_selector: dict = {},  # noqa: B006 - KFP takes a literal default
+    config_map: str = "",
+    s3_secret: str = "",
 ) -> None:
     """Train one precision arm; outputs the state dict, headline metrics and results JSON.
 
     requested_*: what the task asked Kubernetes for, recorded in the results beside the
-    device that actually ran it (inside a pod only).
+    device that actually ran it (inside a pod only). With requested_gpu_count above 1 the
+    training runs in that many processes (torchrun, one per GPU; gloo between CPU processes
+    where there is no GPU). With num_nodes above 1 it runs on that many nodes of
+    requested_gpu_count GPUs each, as a Kubeflow Trainer TrainJob of trainer_runtime on
+    trainjob_image, with the task's node_selector, ConfigMap and Secret.
     """
     from pathlib import Path
 
     from ampbench.cluster import (
         CHECKPOINT_URI_ENV,
+        CONFIG_MAP_KEYS,
+        SECRET_KEYS,
         check_tracking_server,
         default_checkpoint_dir,
         in_pod,
     )
     from ampbench.components.train.config import TrainConfig
+    from ampbench.components.train.launch import (
+        train_in_processes,
+        train_on_nodes,
+        trainjob_name,
+    )
     from ampbench.components.train.step import (
         TrackingOptions,
         requested_resources_in_pod,
         run_training,
         summary,
     )
+    from ampbench.components.train.trainjob import TrainJobSpec
     from ampbench.errors import reported_as_step
     from ampbench.logs import log, setup_logging
     from ampbench.matrix import run_name
@@ -97,35 +115,58 @@ def train(
             )
         name = run_name(model_name, batch_size, precision, seed)
         run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
-        outcome = run_training(
-            TrainConfig(
-                dataset_dir=Path(dataset.path),
-                precision=precision,
-                epochs=epochs,
-                batch_size=batch_size,
-                lr=lr,
-                seed=seed,
-                model=model_name,
-                image_size=image_size,
-                target_accuracy=target_accuracy,
-                label_smoothing=label_smoothing,
-                compile=compile_model,
-                deterministic=deterministic,
-                subset=subset,
-                checkpoint_dir=run_dir if checkpoint_dir else None,
-                checkpoint_every=checkpoint_every if checkpoint_dir else 0,
-                resume=bool(checkpoint_dir),
-                allow_emulated=allow_emulated,
-            ),
-            Path(results.path),
-            Path(model.path),
+        config = TrainConfig(
+            dataset_dir=Path(dataset.path),
+            precision=precision,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            seed=seed,
+            model=model_name,
+            image_size=image_size,
+            target_accuracy=target_accuracy,
+            label_smoothing=label_smoothing,
+            compile=compile_model,
+            deterministic=deterministic,
+            subset=subset,
+            checkpoint_dir=run_dir if checkpoint_dir else None,
+            checkpoint_every=checkpoint_every if checkpoint_dir else 0,
+            resume=bool(checkpoint_dir),
+            allow_emulated=allow_emulated,
+        )
+        outputs = (Path(results.path), Path(model.path))
+        tracked = (
             TrackingOptions(experiment, pipeline_run_id, registered_model_name)
             if tracking
-            else None,
-            requested_resources=requested_resources_in_pod(
-                requested_gpu_type, requested_gpu_count, requested_cpu, requested_memory
-            ),
+            else None
         )
+        requested = requested_resources_in_pod(
+            requested_gpu_type, requested_gpu_count, requested_cpu, requested_memory
+        )
+        if num_nodes > 1:
+            job = TrainJobSpec(
+                name=trainjob_name(pipeline_run_id, name),
+                namespace="",  # the pod's own
+                image=trainjob_image,
+                arguments=[],
+                num_nodes=num_nodes,
+                gpus_per_node=requested_gpu_count,
+                gpu_resource=requested_gpu_type,
+                cpu=requested_cpu,
+                memory=requested_memory,
+                runtime=trainer_runtime,
+                config_map=config_map,
+                config_map_keys=CONFIG_MAP_KEYS,
+                secret=s3_secret,
+                secret_keys=SECRET_KEYS,
+                node_selector=dict(node_selector),
+            )
+            shared = run_dir if checkpoint_dir else ""
+            outcome = train_on_nodes(config, job, shared, *outputs, tracked, requested)
+        elif requested_gpu_count > 1:
+            outcome = train_in_processes(config, requested_gpu_count, *outputs, tracked, requested)
+        else:
+            outcome = run_training(config, *outputs, tracked, requested_resources=requested)
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)
     model.metadata.update({"framework": "pytorch", "format": "state_dict", "model": model_name})

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ampbench.components.train import AMP_PRECISION, MODELS
+from ampbench.components.train import AMP_PRECISION, GRAD_COMM, MODELS
 from ampbench.errors import AmpbenchError
 
 # --model's three forms, for help texts and errors.
@@ -49,6 +49,7 @@ class TrainConfig:
     allow_emulated: bool = False  # measure a precision the device has no native math for
     target_accuracy: float = 0.0  # stop at the first epoch reaching it (0: off)
     image_size: int = 0  # resize batches to image_size x image_size on the device (0: as prepared)
+    grad_comm: str = "fp32"  # gradient all-reduce precision under torchrun (GRAD_COMM)
 
     def validate(self) -> None:
         positive = {
@@ -71,6 +72,10 @@ class TrainConfig:
             raise AmpbenchError(f"--label-smoothing: must be in [0, 1), not {self.label_smoothing}")
         if not 0 < self.warmup_fraction < 1:
             raise AmpbenchError(f"--warmup-fraction: must be in (0, 1), not {self.warmup_fraction}")
+        if self.grad_comm not in GRAD_COMM:
+            raise AmpbenchError(
+                f"--grad-comm: '{self.grad_comm}' is not one of {', '.join(GRAD_COMM)}"
+            )
         if self.image_size < 0:
             raise AmpbenchError(
                 f"--image-size: must be 0 (as prepared) or positive, not {self.image_size}"

@@ -32,17 +32,27 @@ def epoch_order(count: int, seed: int, epoch: int, device: torch.device) -> torc
 
 
 def random_crop_flip(
-    images: torch.Tensor, generator: torch.Generator, padding: int = CROP_PADDING
+    images: torch.Tensor,
+    generator: torch.Generator,
+    padding: int = CROP_PADDING,
+    shard: tuple[int, int] = (0, 1),
 ) -> torch.Tensor:
     """Random crop after zero-padding by `padding`, and a random horizontal flip, per image.
 
     One gather does both: row indices pick the crop, reversed column indices the flip.
+    shard (index, count): the images are part `index` of a batch `count` times their number
+    (a rank's part of the global batch); the draws are made for the whole batch and this
+    part's taken, so that each image gets the crop and flip one process would give it.
     """
     batch, channels, height, width = images.shape
     device = images.device
+    index, count = shard
+    part = slice(index * batch, (index + 1) * batch)
     padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
-    offsets = torch.randint(0, 2 * padding + 1, (2, batch), device=device, generator=generator)
-    flip = torch.randint(0, 2, (batch,), device=device, generator=generator).bool()
+    offsets = torch.randint(
+        0, 2 * padding + 1, (2, batch * count), device=device, generator=generator
+    )[:, part]
+    flip = torch.randint(0, 2, (batch * count,), device=device, generator=generator)[part].bool()
     rows = offsets[0, :, None] + torch.arange(height, device=device)
     cols = offsets[1, :, None] + torch.arange(width, device=device)
     cols = torch.where(flip[:, None], cols.flip(1), cols)
@@ -102,13 +112,17 @@ class DeviceSplit:
         return normalized.contiguous(memory_format=torch.channels_last)
 
     def train_batch(
-        self, rows: torch.Tensor, generator: torch.Generator
+        self, rows: torch.Tensor, generator: torch.Generator, shard: tuple[int, int] = (0, 1)
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # Crop and flip at the prepared size (the padding is in its pixels), then resize.
-        images = random_crop_flip(self.images[rows], generator)
+        images = random_crop_flip(self.images[rows], generator, shard=shard)
         return self.normalize(images), self.labels[rows]
 
-    def eval_batches(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for start in range(0, len(self), batch_size):
-            stop = start + batch_size
+    def eval_batches(
+        self, batch_size: int, part: slice = slice(None)
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The split (or `part` of it: a rank's share) in batches of batch_size."""
+        first, last, _ = part.indices(len(self))
+        for start in range(first, last, batch_size):
+            stop = min(start + batch_size, last)
             yield self.normalize(self.images[start:stop]), self.labels[start:stop]

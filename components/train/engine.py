@@ -18,6 +18,7 @@ What each figure means is written once, in ampbench/results.py (DEFINITIONS and 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import platform
@@ -35,9 +36,10 @@ import torchvision
 from torch import nn
 
 from ampbench import __version__
-from ampbench.components.train import checkpoint
+from ampbench.components.train import checkpoint, distributed
 from ampbench.components.train.config import TrainConfig, check_against_dataset
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
+from ampbench.components.train.distributed import World, world_from_env
 from ampbench.components.train.flops import peak_tflops, train_step_flops
 from ampbench.components.train.fp8 import convert_for_fp8
 from ampbench.components.train.models import build_model, parameter_count
@@ -57,6 +59,7 @@ from ampbench.results import (
     Compute,
     DatasetRecord,
     DeviceRecord,
+    Distributed,
     EpochRecord,
     Memory,
     TimeToTarget,
@@ -68,8 +71,9 @@ from ampbench.sampling import stratified_take
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
 
 
-def pick_device(name: str) -> torch.device:
-    """The device `name` means here (`cuda` becomes `cuda:<current>`), made current."""
+def pick_device(name: str, local_rank: int | None = None) -> torch.device:
+    """The device `name` means here (`cuda` becomes `cuda:<current>`, or under torchrun
+    `cuda:<LOCAL_RANK>`: one GPU per process), made current."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -84,7 +88,9 @@ def pick_device(name: str) -> torch.device:
         return device
     if not torch.cuda.is_available():
         raise AmpbenchError(f"--device {name}: no CUDA GPU is visible to this process")
-    index = torch.cuda.current_device() if device.index is None else device.index
+    index = device.index
+    if index is None:
+        index = torch.cuda.current_device() if local_rank is None else local_rank
     if index >= torch.cuda.device_count():
         raise AmpbenchError(
             f"--device {name}: this process sees {torch.cuda.device_count()} CUDA GPU(s)"
@@ -248,19 +254,24 @@ def seed_everything(seed: int, deterministic: bool) -> None:
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, data: DeviceSplit, precision: Precision, batch_size: int
+    model: nn.Module,
+    data: DeviceSplit,
+    precision: Precision,
+    batch_size: int,
+    world: World = distributed.SINGLE_PROCESS,
 ) -> tuple[float, float]:
-    """(mean loss, accuracy) on a split, under the arm's autocast, with one host sync."""
+    """(mean loss, accuracy) on a split, under the arm's autocast, with one host sync; under
+    torchrun each rank evaluates its share and the sums are all-reduced."""
     model.eval()
-    loss_sum = torch.zeros((), device=data.device)
-    correct = torch.zeros((), device=data.device, dtype=torch.long)
-    for images, labels in data.eval_batches(batch_size):
+    loss_sum = torch.zeros((), device=data.device, dtype=torch.float64)
+    correct = torch.zeros((), device=data.device, dtype=torch.float64)
+    for images, labels in data.eval_batches(batch_size, distributed.rank_slice(len(data), world)):
         with precision.autocast():
             logits = model(images)
         loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
         correct += (logits.argmax(dim=1) == labels).sum()
     model.train()
-    totals = torch.stack([loss_sum, correct.float()]).tolist()
+    totals = distributed.all_reduce(torch.stack([loss_sum, correct])).tolist()
     return totals[0] / len(data), totals[1] / len(data)
 
 
@@ -372,7 +383,11 @@ class Trainer:
         config.validate()
         self.config = config
         self.on_epoch = on_epoch
-        self.device = pick_device(config.device)
+        self.world = world_from_env()
+        self.device = pick_device(
+            config.device, self.world.local_rank if self.world.distributed else None
+        )
+        distributed.join(self.world, self.device)
         self.device_record = device_record(self.device)
         # Settle the precision first: an impossible one fails before any data is read.
         self.precision = resolve(config.precision, self.device, config.allow_emulated)
@@ -384,7 +399,7 @@ class Trainer:
         try:
             check_against_dataset(
                 self.metadata,
-                batch_size=config.batch_size,
+                batch_size=config.batch_size * self.world.size,
                 model=config.model,
                 subset=config.subset,
                 image_size=config.image_size,
@@ -407,7 +422,9 @@ class Trainer:
             for split in ("val", "test")
             if split in self.metadata["counts"]
         }
-        self.steps_per_epoch = len(self.train_data) // config.batch_size
+        # --batch-size is each process's; a step trains on the global batch.
+        self.global_batch = config.batch_size * self.world.size
+        self.steps_per_epoch = len(self.train_data) // self.global_batch
         self.model = build_model(
             config.model, len(self.metadata["classes"]), self.train_data.image_shape
         ).to(self.device, memory_format=torch.channels_last)
@@ -468,17 +485,21 @@ class Trainer:
             "dataset_sha256": self.metadata["source"]["sha256"],
             "dataset_counts": self.metadata["counts"],
             "precision": self.precision.name,
+            "world_size": self.world.size,
             **{k: v for k, v in self.config.hyperparameters().items() if k not in measurement_only},
         }
 
     def save_checkpoint(self) -> None:
         assert self.config.checkpoint_dir is not None
+        # The epoch's running sums are each rank's own: the checkpoint holds their total,
+        # which rank 0 takes back on resume while the others start from zero.
+        sums = distributed.all_reduce(torch.stack([self.counters.loss_sum, self.counters.correct]))
+        if not self.world.main:  # every rank holds the same state otherwise; rank 0 writes it
+            return
         started = time.perf_counter()
-        state = {
-            "fingerprint": self.fingerprint(),
-            "loop": asdict(self.state),
-            **self.training_state(),
-        }
+        training = self.training_state()
+        training["counters"] = {**training["counters"], "loss_sum": sums[0], "correct": sums[1]}
+        state = {"fingerprint": self.fingerprint(), "loop": asdict(self.state), **training}
         try:
             location = checkpoint.save(
                 self.config.checkpoint_dir,
@@ -510,6 +531,9 @@ class Trainer:
                 "hyperparameters differ); use another --checkpoint-dir"
             )
         self.load_training_state(state)
+        if not self.world.main:  # rank 0 holds the sums of every rank's steps so far
+            self.counters.loss_sum.zero_()
+            self.counters.correct.zero_()
         self.state = LoopState(**state["loop"])
         self.resumed_from = location
         log.info("resume: %s (epoch %d, step %d)", location, self.state.epoch + 1, self.state.step)
@@ -518,8 +542,15 @@ class Trainer:
     def check_health(self) -> None:
         """The loop's only mid-epoch host sync: stop a run that has diverged."""
         counters = self.counters
+        # Every rank decides alike (one rank stopping alone would leave the others waiting):
+        # the longest skip streak and the earliest bad step over the ranks.
+        never = float(2**53)
+        first_bad = torch.where(counters.first_bad_step < 0, never, counters.first_bad_step)
+        streak_and_bad = torch.stack([counters.longest_skip_streak, -first_bad])
+        longest_streak, bad = distributed.all_reduce(streak_and_bad, "max").tolist()
+        bad = -1 if -bad == never else int(-bad)
         if self.precision.grad_scaler:
-            streak = int(counters.longest_skip_streak.item())
+            streak = int(longest_streak)
             if streak >= self.config.max_skipped_steps:
                 raise AmpbenchError(
                     f"fp16: the GradScaler skipped {streak} steps in a row (loss scale "
@@ -527,7 +558,6 @@ class Trainer:
                     "lower --lr or use bf16"
                 )
             return
-        bad = int(counters.first_bad_step.item())
         if bad >= 0:
             raise AmpbenchError(
                 f"training diverged: the loss became NaN or inf at step {bad} (epoch "
@@ -541,7 +571,8 @@ class Trainer:
         images, labels = self.train_data.train_batch(
             rows, step_generator(self.device, self.config.seed, 0, 0)
         )
-        self.flops_per_step = train_step_flops(
+        # One rank's share of the step, times the ranks: the global step's FLOPs.
+        self.flops_per_step = self.world.size * train_step_flops(
             self.model, images, labels, self.criterion, self.precision.autocast()
         )
         log.info("FLOPs per training step: %.4g (forward and backward)", self.flops_per_step)
@@ -552,6 +583,8 @@ class Trainer:
             return None
         achieved = self.flops_per_step * steps / self.state.train_time_s / 1e12
         peak = peak_tflops(self.device.type, self.device_record.name, self.precision.name)
+        if peak is not None:
+            peak *= self.world.size  # one device per process
         return Compute(self.flops_per_step, achieved, peak, achieved / peak if peak else None)
 
     def warm_up(self, model: nn.Module) -> None:
@@ -565,13 +598,13 @@ class Trainer:
         if steps == 0:
             self.load_training_state(saved)
             return
-        batch, epoch = self.config.batch_size, self.state.epoch
+        epoch = self.state.epoch
         order = epoch_order(len(self.train_data), self.config.seed, epoch, self.device)
         started = time.perf_counter()
         with Progress(steps, f"warm-up {self.precision.name}", unit="step") as progress:
             for warm_step in range(steps):
                 step = warm_step % self.steps_per_epoch
-                self.train_step(model, order[step * batch : (step + 1) * batch], epoch, step)
+                self.train_step(model, self.step_rows(order, step), epoch, step)
                 progress.update()
                 if warm_step == 0 and self.config.compile:
                     _sync(self.device)
@@ -586,10 +619,18 @@ class Trainer:
             f" (compilation {self.compile_s:.1f} s)" if self.config.compile else "",
         )
 
+    def step_rows(self, order: torch.Tensor, step: int) -> torch.Tensor:
+        """This rank's part of the step's global batch: the rows one process would train on
+        with a batch of global_batch, split among the ranks in rank order."""
+        start = step * self.global_batch + self.world.rank * self.config.batch_size
+        return order[start : start + self.config.batch_size]
+
     def train_step(self, model: nn.Module, rows: torch.Tensor, epoch: int, step: int) -> None:
         config, counters = self.config, self.counters
         images, labels = self.train_data.train_batch(
-            rows, step_generator(self.device, config.seed, epoch, step)
+            rows,
+            step_generator(self.device, config.seed, epoch, step),
+            (self.world.rank, self.world.size),
         )
         with self.precision.autocast():
             logits = model(images)
@@ -633,12 +674,12 @@ class Trainer:
             # without a reset an earlier run's batch size makes this one's shapes dynamic, and
             # after 8 models it stops compiling without a word.
             torch._dynamo.reset()
-        model: nn.Module = (
-            torch.compile(self.model, dynamic=False) if config.compile else self.model
-        )
-        batch = config.batch_size
+        # Under torchrun: DDP, its gradient all-reduce in the arm's grad_comm precision.
+        model = distributed.wrap(self.model, self.device, config.grad_comm)
+        if config.compile:
+            model = torch.compile(model, dynamic=False)
         log.info(
-            "train: %s on %s (%s), %s, %d images, %d epochs x %d steps, batch %d",
+            "train: %s on %s (%s), %s, %d images, %d epochs x %d steps, batch %d%s",
             config.model,
             self.device,
             self.device_record.name,
@@ -646,7 +687,11 @@ class Trainer:
             len(self.train_data),
             config.epochs,
             self.steps_per_epoch,
-            batch,
+            self.global_batch,
+            f" ({self.world.size} processes x {config.batch_size}, {distributed.backend()}, "
+            f"gradients all-reduced in {config.grad_comm})"
+            if self.world.distributed
+            else "",
         )
         with math_mode(self.precision), warnings.catch_warnings():
             # When fp16's first step is skipped, torch warns that the scheduler stepped first.
@@ -659,7 +704,7 @@ class Trainer:
                 epoch = state.epoch
                 order = epoch_order(len(self.train_data), config.seed, epoch, self.device)
                 self.memory.reset_peak()
-                _sync(self.device)
+                distributed.barrier(self.device)  # every rank starts the clock together
                 epoch_start = time.perf_counter()
                 with Progress(
                     self.steps_per_epoch - state.step,
@@ -668,9 +713,7 @@ class Trainer:
                 ) as progress:
                     while state.step < self.steps_per_epoch:
                         step = state.step
-                        self.train_step(
-                            model, order[step * batch : (step + 1) * batch], epoch, step
-                        )
+                        self.train_step(model, self.step_rows(order, step), epoch, step)
                         state.step += 1
                         state.global_step += 1
                         progress.update()
@@ -680,13 +723,18 @@ class Trainer:
                             config.checkpoint_every
                             and state.global_step % config.checkpoint_every == 0
                         ):
-                            _sync(self.device)  # the queued steps belong to training time
+                            # The queued steps, on every rank, belong to training time.
+                            distributed.barrier(self.device)
                             state.epoch_elapsed_s += time.perf_counter() - epoch_start
                             self.save_checkpoint()
                             epoch_start = time.perf_counter()
-                _sync(self.device)
+                distributed.barrier(self.device)  # the epoch ends when the slowest rank's does
                 epoch_time = state.epoch_elapsed_s + (time.perf_counter() - epoch_start)
-                train_peak_mb = self.memory.window_peak_mb()
+                # Rank 0's clock for all: each rank's differs by the barrier's return alone.
+                epoch_time = distributed.broadcast_float(epoch_time, self.device)
+                (train_peak_mb,) = distributed.max_over_ranks(
+                    [self.memory.window_peak_mb()], self.device
+                )
                 self.check_health()
                 record = self.finish_epoch(epoch, epoch_time, train_peak_mb)
                 state.history.append(asdict(record))
@@ -713,13 +761,19 @@ class Trainer:
 
     def finish_epoch(self, epoch: int, epoch_time: float, train_peak_mb: float) -> EpochRecord:
         """Read the epoch's counters and evaluate (its own memory window, timed apart)."""
-        images = self.steps_per_epoch * self.config.batch_size
-        totals = torch.stack([self.counters.loss_sum, self.counters.correct, self.counters.skipped])
-        loss_sum, correct, skipped = totals.tolist()
+        images = self.steps_per_epoch * self.global_batch
+        # Sums over the ranks; skipped steps are the same on every rank (the gradients they
+        # check for infs are all-reduced), so rank 0's count is the run's.
+        sums = torch.stack([self.counters.loss_sum, self.counters.correct])
+        loss_sum, correct = distributed.all_reduce(sums).tolist()
+        skipped = self.counters.skipped.item()
         self.memory.reset_peak()
+        distributed.broadcast_buffers(self.model)
         eval_start = time.perf_counter()
         evaluated = {
-            split: evaluate(self.model, data, self.precision, self.config.eval_batch_size)
+            split: evaluate(
+                self.model, data, self.precision, self.config.eval_batch_size, self.world
+            )
             for split, data in self.eval_data.items()
         }
         self.state.eval_time_s += time.perf_counter() - eval_start
@@ -756,11 +810,22 @@ class Trainer:
         )
         return record
 
+    def memory_record(self) -> Memory:
+        """The run's memory; under torchrun each figure the largest of any rank's."""
+        memory = self.memory.record()
+        if not self.world.distributed:
+            return memory
+        names = [
+            f.name for f in dataclasses.fields(memory) if isinstance(getattr(memory, f.name), float)
+        ]
+        peaks = distributed.max_over_ranks([getattr(memory, name) for name in names], self.device)
+        return dataclasses.replace(memory, **dict(zip(names, peaks, strict=True)))
+
     def results(self) -> ArmResults:
         config, state, dataset = self.config, self.state, self.metadata
         epochs = [EpochRecord(**record) for record in state.history]
         last = epochs[-1]
-        trained_images = len(epochs) * self.steps_per_epoch * self.config.batch_size
+        trained_images = len(epochs) * self.steps_per_epoch * self.global_batch
         return ArmResults(
             schema_version=RESULTS_SCHEMA_VERSION,
             precision=self.precision.record(),
@@ -792,13 +857,20 @@ class Trainer:
                 eval_s=state.eval_time_s,
                 checkpoint_s=state.checkpoint_time_s,
             ),
-            memory=self.memory.record(),
+            memory=self.memory_record(),
             skipped_steps=sum(e.skipped_steps for e in epochs),
             loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else None,
             resumed_from=self.resumed_from,
             versions=software_versions(),
             epochs=epochs,
             compute=self.compute_record(len(epochs) * self.steps_per_epoch),
+            distributed=Distributed(
+                world_size=self.world.size,
+                per_rank_batch=config.batch_size,
+                global_batch=self.global_batch,
+                backend=distributed.backend(),
+                grad_comm=config.grad_comm,
+            ),
             time_to_target=TimeToTarget(
                 config.target_accuracy,
                 state.target_epoch is not None,

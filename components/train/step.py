@@ -10,6 +10,7 @@ import torch
 
 from ampbench.cluster import in_pod
 from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.distributed import world_from_env
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import example_input
 from ampbench.matrix import group_label, run_name
@@ -90,8 +91,11 @@ def run_training(
     """Train one arm; write results JSON and the state dict; log the run to MLflow.
 
     The MLflow run is created, with its params, before the clock starts, and metrics are sent
-    between epochs: nothing of MLflow's runs while training steps are timed.
+    between epochs: nothing of MLflow's runs while training steps are timed. Under torchrun
+    every rank trains and rank 0 alone tracks and writes; the others return the same results.
     """
+    if world_from_env().rank != 0:
+        tracking = None
     if tracking is not None:
         preload()  # before the Trainer starts measuring memory
     trainer = Trainer(config)
@@ -110,6 +114,7 @@ def run_training(
             "ampbench.model": config.model,
             # What the MLflow compare view groups a matrix's runs by.
             "ampbench.batch_size": str(config.batch_size),
+            "ampbench.world_size": str(trainer.world.size),
             "ampbench.group": group_label(config.model, config.batch_size),
         }
         if tracking.pipeline_run_id:
@@ -150,6 +155,8 @@ def run_training(
             arm_run.system_metrics.stop()  # finish() stops it too; this is for a failed run
     if requested_resources is not None:
         results = dataclasses.replace(results, requested_resources=requested_resources)
+    if not trainer.world.main:
+        return results
     if arm_run is not None:
         results = dataclasses.replace(
             results, mlflow=TrackingRecord(safe_tracking_uri(), arm_run.experiment, arm_run.run_id)

@@ -1,0 +1,303 @@
+"""Training across nodes through Kubeflow Trainer v2: the train task creates a TrainJob that
+runs `ampbench train` under torchrun on every node, waits for it, streams node 0's log into
+its own, and collects the arm's outputs from the shared location the job wrote them to.
+
+Written against the Kubernetes API directly (the `kubernetes` client, already a dependency of
+kfp-kubernetes), not the Kubeflow SDK: the SDK's TrainerClient builds TrainJobs from a Python
+function or a built-in trainer, while ampbench needs a TrainJob of its own image and command,
+with the env, Secret, volume and scheduling settings of its other tasks; and a second large
+dependency in every image would buy nothing else.
+
+The API targeted is pinned: TrainJob of trainer.kubeflow.org/v1alpha1 as Kubeflow Trainer
+v2.3.0 defines it (spec.runtimePatches; v2.0 and v2.1 had podSpecOverrides and
+podTemplateOverrides instead, and a v2.1 cluster refuses this TrainJob). The torch runtime
+sets torchrun's PET_* variables (nodes, node rank, master address) on each node; processes
+per node are stated explicitly (numProcPerNode) rather than inferred from the GPU limit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ampbench.errors import AmpbenchError
+from ampbench.logs import log
+
+TRAINER_VERSION = "v2.3.0"
+GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+DEFAULT_RUNTIME = "torch-distributed"
+# The runtime's trainer job and container (Trainer's constants.Node), and the JobSet labels
+# that find node 0's pod.
+NODE = "node"
+NODE_0_SELECTOR = (
+    "jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/replicatedjob-name=node,"
+    "batch.kubernetes.io/job-completion-index=0"
+)
+PATCH_MANAGER = "ampbench"
+NODE_POD_LABELS = {
+    "app.kubernetes.io/part-of": "ampbench",
+    "app.kubernetes.io/component": "trainjob-node",
+}
+POLL_S = 10.0
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+@dataclass(frozen=True)
+class TrainJobSpec:
+    """What the TrainJob runs and on what: the same settings as the pipeline's other tasks."""
+
+    name: str
+    namespace: str
+    image: str
+    arguments: list[str]  # `ampbench train`'s
+    num_nodes: int
+    gpus_per_node: int
+    gpu_resource: str = "nvidia.com/gpu"
+    cpu: str = "4"
+    memory: str = "32Gi"
+    runtime: str = DEFAULT_RUNTIME
+    config_map: str = ""
+    config_map_keys: tuple[str, ...] = ()
+    secret: str = ""
+    secret_keys: tuple[str, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+
+
+def manifest(spec: TrainJobSpec) -> dict[str, Any]:
+    """The TrainJob object (trainer.kubeflow.org/v1alpha1, Trainer v2.3)."""
+    resources = {"cpu": spec.cpu, "memory": spec.memory}
+    if spec.gpus_per_node:
+        resources[spec.gpu_resource] = str(spec.gpus_per_node)
+    env = [
+        {
+            "name": key,
+            "valueFrom": {
+                "configMapKeyRef": {"name": spec.config_map, "key": key, "optional": True}
+            },
+        }
+        for key in spec.config_map_keys
+        if spec.config_map
+    ] + [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": spec.secret, "key": key, "optional": True}},
+        }
+        for key in spec.secret_keys
+        if spec.secret
+    ]
+    pod_patch: dict[str, Any] = {
+        # NCCL wants a real /dev/shm, which Kubernetes caps at 64 MiB without a memory volume.
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "containers": [{"name": NODE, "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    if spec.node_selector:
+        pod_patch["nodeSelector"] = dict(spec.node_selector)
+    # Labelled for manifests/' NetworkPolicy that lets the nodes reach each other.
+    node_pod = {"metadata": {"labels": dict(NODE_POD_LABELS)}, "spec": pod_patch}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": {"app.kubernetes.io/part-of": "ampbench"},
+        },
+        "spec": {
+            "runtimeRef": {
+                "name": spec.runtime,
+                "apiGroup": GROUP,
+                "kind": "ClusterTrainingRuntime",
+            },
+            "trainer": {
+                "image": spec.image,
+                # torchrun reads the nodes, node rank and master from the runtime's PET_* env.
+                "command": [
+                    "python",
+                    "-m",
+                    "torch.distributed.run",
+                    "--module",
+                    "ampbench.cli",
+                    "train",
+                ],
+                "args": list(spec.arguments),
+                "env": env,
+                "numNodes": spec.num_nodes,
+                "numProcPerNode": max(1, spec.gpus_per_node),
+                "resourcesPerNode": {"requests": dict(resources), "limits": dict(resources)},
+            },
+            "runtimePatches": [
+                {
+                    "manager": PATCH_MANAGER,
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": NODE,
+                                        "template": {"spec": {"template": node_pod}},
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _reason(error: Any) -> str:
+    """The API server's own message from an ApiException."""
+    try:
+        return str(json.loads(error.body).get("message") or error.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(error, "reason", error))
+
+
+def _condition(trainjob: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for condition in (trainjob.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+class TrainJobRun:
+    """One TrainJob through the Kubernetes API: created, followed and deleted."""
+
+    def __init__(
+        self, api_client: Any, poll_s: float = POLL_S, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.poll_s = poll_s
+        self.sleep = sleep
+
+    def create(self, body: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        except ApiException as error:
+            if error.status == 404:
+                raise AmpbenchError(
+                    f"num_nodes {body['spec']['trainer']['numNodes']}: this cluster has no "
+                    f"TrainJob API ({API_VERSION}); install Kubeflow Trainer {TRAINER_VERSION} "
+                    "or train on one node"
+                ) from None
+            if error.status == 403:
+                raise AmpbenchError(
+                    f"TrainJob {name}: the pipeline's service account may not create TrainJobs "
+                    f"in namespace {namespace} (apply manifests/ for its Role): {_reason(error)}"
+                ) from None
+            # The webhook refuses a TrainJob whose runtime does not exist, among others.
+            raise AmpbenchError(f"TrainJob {name}: refused: {_reason(error)}") from None
+        log.info(
+            "TrainJob %s/%s created (%s nodes)",
+            namespace,
+            name,
+            body["spec"]["trainer"]["numNodes"],
+        )
+
+    def get(self, namespace: str, name: str) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as error:
+            raise AmpbenchError(f"TrainJob {name}: cannot be read: {_reason(error)}") from None
+
+    def node_0_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=NODE_0_SELECTOR.format(name=name)
+        )
+        return pods.items[0] if pods.items else None
+
+    def stream_node_0_log(self, namespace: str, name: str, deadline: float) -> None:
+        """Node 0's log, line by line, into this task's log, once its pod runs (or has run)."""
+        while time.monotonic() < deadline:
+            pod = self.node_0_pod(namespace, name)
+            if pod is not None and pod.status.phase in ("Running", "Succeeded", "Failed"):
+                for line in self._log_lines(namespace, pod.metadata.name):
+                    log.info("[%s node 0] %s", name, line)
+                return
+            if self._finished(self.get(namespace, name)):
+                return  # it ended without a pod to read (refused, or never scheduled)
+            self.sleep(self.poll_s)
+
+    def _log_lines(self, namespace: str, pod: str) -> Iterator[str]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self.core.read_namespaced_pod_log(
+                pod, namespace, container=NODE, follow=True, _preload_content=False
+            )
+        except ApiException as error:
+            log.warning("node 0's log cannot be read: %s", _reason(error))
+            return
+        pending = b""
+        for chunk in response.stream():
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            yield from (line.decode("utf-8", "replace") for line in lines)
+        if pending:
+            yield pending.decode("utf-8", "replace")
+
+    @staticmethod
+    def _finished(trainjob: dict[str, Any]) -> bool:
+        return any(_condition(trainjob, kind) for kind in ("Complete", "Failed"))
+
+    def wait(self, namespace: str, name: str, deadline: float) -> None:
+        """Until the TrainJob is Complete; a Failed one, or the deadline, is one line."""
+        while True:
+            trainjob = self.get(namespace, name)
+            if _condition(trainjob, "Complete"):
+                log.info("TrainJob %s: Complete", name)
+                return
+            failed = _condition(trainjob, "Failed")
+            if failed is not None:
+                raise AmpbenchError(
+                    f"TrainJob {name}: Failed ({failed.get('reason', 'no reason')}: "
+                    f"{failed.get('message', '')})".rstrip(": )")
+                    + ")"
+                )
+            if time.monotonic() >= deadline:
+                raise AmpbenchError(f"TrainJob {name}: not finished within the task's time")
+            self.sleep(self.poll_s)
+
+    def delete(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as error:
+            log.warning("TrainJob %s: not deleted: %s", name, _reason(error))
+
+    def run(self, body: dict[str, Any], timeout_s: float) -> None:
+        """Create, stream node 0's log, wait for the end; the TrainJob is deleted whatever
+        happens (its pods hold GPUs)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        deadline = time.monotonic() + timeout_s
+        self.create(body)
+        try:
+            self.stream_node_0_log(namespace, name, deadline)
+            self.wait(namespace, name, deadline)
+        finally:
+            self.delete(namespace, name)
+
+
+def in_cluster_client() -> tuple[Any, str]:
+    """An API client from the pod's service account, and the pod's namespace."""
+    from pathlib import Path
+
+    from kubernetes import client, config
+
+    config.load_incluster_config()
+    return client.ApiClient(), Path(SERVICE_ACCOUNT_NAMESPACE).read_text(encoding="utf-8").strip()

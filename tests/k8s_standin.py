@@ -1,0 +1,196 @@
+"""A local stand-in for the parts of the Kubernetes API a TrainJob launcher uses, with a
+Kubeflow Trainer that runs each TrainJob's nodes as local processes.
+
+Create, read and delete TrainJobs (trainer.kubeflow.org/v1alpha1), list node 0's pod by its
+JobSet labels, read its log. Each node runs the TrainJob's command with the environment the
+torch runtime gives it (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR,
+PET_MASTER_PORT): torchrun then rendezvouses the nodes over localhost, as over a cluster's
+network. The TrainJob is Complete when every node exits 0, Failed when one does not.
+
+mode "no-crd" answers a create as an API server without the CRD does (404); "refuse" as
+Trainer's webhook refuses a TrainJob whose runtime does not exist (422).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+TRAINJOBS = re.compile(
+    r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?$"
+)
+PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
+WEBHOOK = "validate.trainjob.trainer.kubeflow.org"
+POD_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class StandIn:
+    def __init__(self, work: Path, mode: str = "run") -> None:
+        self.work = work
+        self.mode = mode
+        self.created: list[dict[str, Any]] = []
+        self.refused: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.nodes: dict[str, list[subprocess.Popen[bytes]]] = {}
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> StandIn:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        for processes in self.nodes.values():
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
+
+    def api_client(self) -> Any:
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url
+        return client.ApiClient(configuration)
+
+    # -- the Trainer: nodes as processes -----------------------------------------------------
+    def start_nodes(self, body: dict[str, Any]) -> None:
+        name, trainer = body["metadata"]["name"], body["spec"]["trainer"]
+        command = [sys.executable if part == "python" else part for part in trainer["command"]]
+        port = free_port()
+        processes = []
+        for node in range(trainer["numNodes"]):
+            env = {
+                **os.environ,
+                "PET_NNODES": str(trainer["numNodes"]),
+                "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
+                "PET_NODE_RANK": str(node),
+                "PET_MASTER_ADDR": "127.0.0.1",
+                "PET_MASTER_PORT": str(port),
+            }
+            log = (self.work / f"{name}-node-{node}.log").open("wb")
+            processes.append(
+                subprocess.Popen(
+                    [*command, *trainer["args"]], env=env, stdout=log, stderr=subprocess.STDOUT
+                )
+            )
+        self.nodes[name] = processes
+
+    def status(self, name: str) -> dict[str, Any]:
+        codes = [process.poll() for process in self.nodes.get(name, [])]
+        if any(code not in (None, 0) for code in codes):
+            reason = {"type": "Failed", "status": "True", "reason": "TrainingFailed"}
+            return {"conditions": [{**reason, "message": "a node exited with an error"}]}
+        if codes and all(code == 0 for code in codes):
+            return {"conditions": [{"type": "Complete", "status": "True", "reason": "Done"}]}
+        return {}
+
+    # -- HTTP --------------------------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: object) -> None:
+                pass
+
+            def reply(self, code: int, body: dict[str, Any] | bytes) -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def failure(self, code: int, message: str) -> None:
+                self.reply(
+                    code,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "message": message,
+                        "code": code,
+                    },
+                )
+
+            def do_POST(self) -> None:
+                match = TRAINJOBS.match(urlparse(self.path).path)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not match or standin.mode == "no-crd":
+                    return self.failure(404, "the server could not find the requested resource")
+                if standin.mode == "refuse":
+                    standin.refused.append(body)
+                    runtime = body["spec"]["runtimeRef"]["name"]
+                    return self.failure(
+                        422,
+                        f'admission webhook "{WEBHOOK}" denied the request: '
+                        f'ClusterTrainingRuntime.trainer.kubeflow.org "{runtime}" not found',
+                    )
+                standin.created.append(body)
+                standin.start_nodes(body)
+                self.reply(201, body)
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                if match := TRAINJOBS.match(url.path):
+                    name = match[2]
+                    found = [b for b in standin.created if b["metadata"]["name"] == name]
+                    if not found or name in standin.deleted:
+                        return self.failure(
+                            404, f'trainjobs.trainer.kubeflow.org "{name}" not found'
+                        )
+                    return self.reply(200, {**found[0], "status": standin.status(name)})
+                if match := PODS.match(url.path):
+                    selector = parse_qs(url.query)["labelSelector"][0]
+                    name = re.search(r"jobset-name=([^,]+)", selector)[1]  # type: ignore[index]
+                    assert (
+                        "replicatedjob-name=node" in selector and "completion-index=0" in selector
+                    )
+                    items = []
+                    if name in standin.nodes:
+                        code = standin.nodes[name][0].poll()
+                        phase = (
+                            "Running" if code is None else "Succeeded" if code == 0 else "Failed"
+                        )
+                        items.append(
+                            {
+                                "metadata": {"name": f"{name}-node-0-0-abcde"},
+                                "status": {"phase": phase},
+                            }
+                        )
+                    return self.reply(200, {"apiVersion": "v1", "kind": "PodList", "items": items})
+                if match := POD_LOG.match(url.path):
+                    assert parse_qs(url.query).get("container") == ["node"]
+                    name = match[2].removesuffix("-node-0-0-abcde")
+                    node_0 = standin.nodes[name][0]
+                    node_0.wait()  # follow=true: the whole log, once the container ends
+                    return self.reply(200, (standin.work / f"{name}-node-0.log").read_bytes())
+                self.failure(404, "not found")
+
+            def do_DELETE(self) -> None:
+                match = TRAINJOBS.match(urlparse(self.path).path)
+                assert match and match[2]
+                standin.deleted.append(match[2])
+                self.reply(200, {"kind": "Status", "status": "Success"})
+
+        return Handler

@@ -1,0 +1,568 @@
+"""`ampbench train` under torchrun on this CPU: two gloo processes train what one process
+trains with their global batch, a killed rank ends the job and a rerun resumes it, and the
+gradient all-reduce precision is an arm setting.
+
+The model is a user's factory with no BatchNorm (whose statistics are per process under DDP,
+so no multi-process run can match a single one with them); it sleeps in each forward pass so
+that a rank can be killed mid-run on any CPU, which changes no figure but the time."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import psutil
+import pytest
+import torch
+from k8s_standin import StandIn
+
+from ampbench.cli import build_parser
+from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
+from ampbench.components.train import trainjob
+from ampbench.components.train.checkpoint import NAME
+from ampbench.components.train.component import DEFAULTS
+from ampbench.components.train.component import train as train_component
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.launch import train_arguments, train_in_processes, train_on_nodes
+from ampbench.components.train.step import TrackingOptions
+from ampbench.components.train.trainjob import TrainJobSpec, manifest
+from ampbench.errors import AmpbenchError
+from ampbench.pipelines.compile import compile_pipeline
+from ampbench.results import read_arm_results
+
+MODEL = "ddp_user_model:slow_tiny_convnet"
+MODULE = """
+import time
+
+from torch import nn
+
+
+class Sleep(nn.Module):
+    def forward(self, x):
+        time.sleep(0.05)
+        return x
+
+
+def slow_tiny_convnet(num_classes, image_shape):
+    channels, _, _ = image_shape
+    return nn.Sequential(
+        Sleep(),
+        nn.Conv2d(channels, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(4),
+        nn.Flatten(),
+        nn.Linear(8 * 16, num_classes),
+    )
+"""
+# 400 images: 10 steps of 40 per epoch, for one process or for two of 20.
+SUBSET, GLOBAL_BATCH, WORLD = 400, 40, 2
+LEARNING = ("train_loss", "train_accuracy", "test_loss", "test_accuracy")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    user = tmp_path_factory.mktemp("user")
+    (user / f"{MODEL.split(':')[0]}.py").write_text(MODULE)
+    path = os.pathsep.join(filter(None, [str(user), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def train_command(dataset: Path, out: Path, *extra: str, world: int = WORLD) -> list[str]:
+    launcher = [sys.executable]
+    if world > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
+    return [
+        *launcher, "-m", "ampbench.cli", "train", "--dataset", str(dataset),
+        "--precision", "fp32", "--model", MODEL, "--epochs", "2",
+        "--batch-size", str(GLOBAL_BATCH // world), "--subset", str(SUBSET), "--device", "cpu",
+        "--deterministic", "--no-tracking", "--output-dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def run(command: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def learning(results: dict[str, Any]) -> list[list[float]]:
+    return [[epoch[key] for key in LEARNING] for epoch in results["epochs"]]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(
+    synthetic_dataset: Path, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """One uninterrupted torchrun run of two processes."""
+    out = tmp_path_factory.mktemp("two-ranks")
+    stdout = run(train_command(synthetic_dataset, out), env)
+    return {"stdout": stdout, "results": json.loads((out / "results.json").read_text())}
+
+
+def test_two_gloo_processes_train_what_one_process_trains_with_their_global_batch(
+    synthetic_dataset: Path, env: dict[str, str], two_ranks: dict[str, Any], tmp_path: Path
+) -> None:
+    run(train_command(synthetic_dataset, tmp_path, world=1), env)
+    single = json.loads((tmp_path / "results.json").read_text())
+    ddp = two_ranks["results"]
+    assert ddp["distributed"] == {
+        "world_size": 2,
+        "per_rank_batch": 20,
+        "global_batch": 40,
+        "backend": "gloo",
+        "grad_comm": "fp32",
+    }
+    assert single["distributed"]["world_size"] == 1 and single["distributed"]["backend"] is None
+    assert ddp["timing"]["trained_images"] == single["timing"]["trained_images"] == 800
+    # The same samples, crops and flips per step; only the order of float sums differs.
+    for ours, theirs in zip(learning(ddp), learning(single), strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-6)
+    # FLOPs of the global step either way.
+    assert ddp["compute"]["flops_per_step"] == single["compute"]["flops_per_step"]
+    # Rank 0 alone speaks and writes.
+    assert two_ranks["stdout"].count("-> ") == 1
+
+
+def test_a_killed_rank_ends_the_job_and_a_rerun_resumes_it(
+    synthetic_dataset: Path, env: dict[str, str], two_ranks: dict[str, Any], tmp_path: Path
+) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    args = ("--checkpoint-dir", str(checkpoints), "--checkpoint-every", "3")
+    job = subprocess.Popen(
+        train_command(synthetic_dataset, tmp_path / "killed", *args),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not any(NAME.match(p.name) for p in checkpoints.glob("ckpt-*.pt")):
+        assert job.poll() is None, f"training ended before a checkpoint:\n{job.stdout.read()}"  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    rank_1 = [
+        process
+        for process in psutil.Process(job.pid).children(recursive=True)
+        if process.environ().get("RANK") == "1"
+    ]
+    assert len(rank_1) == 1
+    rank_1[0].send_signal(signal.SIGKILL)
+    output = job.communicate(timeout=120)[0]
+    assert job.returncode != 0, output  # torchrun stops the other rank and fails
+    assert not (tmp_path / "killed" / "results.json").exists()
+
+    output = run(train_command(synthetic_dataset, tmp_path / "resumed", *args, "--resume"), env)
+    resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    assert resumed["resumed_from"] is not None
+    assert resumed["distributed"]["world_size"] == 2
+    for ours, theirs in zip(learning(resumed), learning(two_ranks["results"]), strict=True):
+        assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-7)
+
+    # A checkpoint of two processes does not continue a run of one.
+    single = subprocess.run(
+        train_command(synthetic_dataset, tmp_path / "one", *args, "--resume", world=1),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert single.returncode == 1
+    assert "checkpoint belongs to a different run" in single.stderr.strip().splitlines()[-1]
+
+
+def test_gradients_all_reduced_in_bf16_are_recorded_and_stay_close(
+    synthetic_dataset: Path, env: dict[str, str], two_ranks: dict[str, Any], tmp_path: Path
+) -> None:
+    run(train_command(synthetic_dataset, tmp_path, "--grad-comm", "bf16"), env)
+    compressed = json.loads((tmp_path / "results.json").read_text())
+    assert compressed["distributed"]["grad_comm"] == "bf16"
+    assert compressed["hyperparameters"]["grad_comm"] == "bf16"
+    fp32, bf16 = learning(two_ranks["results"]), learning(compressed)
+    assert bf16 != fp32  # the hook ran: bf16 rounding moved the trajectory
+    for ours, theirs in zip(bf16, fp32, strict=True):
+        assert ours == pytest.approx(theirs, rel=0.05, abs=0.02)
+
+
+class Output(SimpleNamespace):
+    """A KFP output artifact, as the train component's function uses it."""
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.logged[name] = value
+
+
+def component_outputs(folder: Path) -> dict[str, Any]:
+    return {
+        name: Output(path=str(folder / name), metadata={}, logged={})
+        for name in ("model", "metrics", "results")
+    }
+
+
+def test_the_train_task_with_two_gpus_trains_in_two_processes_through_torchrun(
+    synthetic_dataset: Path,
+    env: dict[str, str],
+    two_ranks: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pipeline's train task with gpu_count 2 (here gloo: no GPU): torchrun's Python
+    entry point, then the arm's outputs collected as the task's own."""
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
+    outputs = component_outputs(tmp_path)
+    train_component.python_func(
+        dataset=SimpleNamespace(path=str(synthetic_dataset)),
+        precision="fp32",
+        **outputs,
+        **{
+            **DEFAULTS,
+            "epochs": 2,
+            "batch_size": GLOBAL_BATCH // WORLD,
+            "subset": SUBSET,
+            "model_name": MODEL,
+            "deterministic": True,
+        },
+        tracking=False,
+        requested_gpu_count=WORLD,
+    )
+    results = read_arm_results(tmp_path / "results")
+    assert results.distributed is not None and results.distributed.world_size == WORLD
+    assert results.distributed.per_rank_batch == GLOBAL_BATCH // WORLD
+    assert outputs["metrics"].logged["accuracy"] == results.accuracy
+    state = torch.load(tmp_path / "model", weights_only=True)
+    assert set(state) == {"1.weight", "1.bias", "5.weight", "5.bias"}
+    ours = [[getattr(epoch, key) for key in LEARNING] for epoch in results.epochs]
+    for mine, theirs in zip(ours, learning(two_ranks["results"]), strict=True):
+        assert mine == pytest.approx(theirs, rel=1e-6, abs=1e-7)
+
+
+def test_a_failed_training_process_is_one_line(
+    synthetic_dataset: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    config = TrainConfig(synthetic_dataset, precision="fp32", model="small-cnn", batch_size=600)
+    with pytest.raises(AmpbenchError) as raised:
+        train_in_processes(config, WORLD, tmp_path / "results", tmp_path / "model", None)
+    # Whichever process stopped first.
+    assert re.fullmatch(
+        r"torchrun: training process [01] of 2 failed \(exit code 1\); its error is in the log "
+        r"above",
+        str(raised.value),
+    )
+    # Each process's own one-line reason: 2 x 600 images a step, from 1,000.
+    assert "--batch-size 1200: larger than the 1,000 training images" in capfd.readouterr().err
+
+
+def test_the_command_line_for_other_processes_says_what_the_config_says() -> None:
+    """train_arguments, read back by `ampbench train`'s own parser, is the same TrainConfig."""
+    config = TrainConfig(
+        Path("/data/set"),
+        precision="bf16",
+        epochs=3,
+        batch_size=64,
+        lr=0.05,
+        seed=7,
+        model="vit-s",
+        compile=True,
+        deterministic=True,
+        subset=1024,
+        checkpoint_dir="s3://bucket/ckpt/run-1/vit-s-b64-bf16-seed7",
+        checkpoint_every=50,
+        resume=True,
+        allow_emulated=True,
+        target_accuracy=0.5,
+        image_size=64,
+        grad_comm="bf16",
+    )
+    tracking = TrackingOptions("exp", "run-1", "registered")
+    arguments = train_arguments(config, "s3://bucket/out", tracking)
+    parsed = build_parser().parse_args(["train", *arguments])
+    rebuilt = TrainConfig(
+        Path(parsed.dataset),
+        **{
+            field.name: getattr(parsed, field.name)
+            for field in dataclasses.fields(TrainConfig)
+            if field.name != "dataset_dir" and hasattr(parsed, field.name)
+        },
+    )
+    assert rebuilt == config
+    assert (parsed.output_dir, parsed.experiment, parsed.pipeline_run_id) == (
+        "s3://bucket/out",
+        "exp",
+        "run-1",
+    )
+    assert parsed.register_model == "registered" and not parsed.no_tracking
+    assert build_parser().parse_args(["train", *train_arguments(config, "o", None)]).no_tracking
+
+
+# -- several nodes: Kubeflow Trainer's TrainJob ---------------------------------------------------
+CRD = (
+    Path(__file__).parent
+    / "data"
+    / "kubeflow-trainer-v2.3.0"
+    / "trainer.kubeflow.org_trainjobs.yaml"
+)
+
+
+def strict(schema: Any) -> Any:
+    """The CRD's schema with unknown fields refused, as the API server prunes and rejects them
+    (kubernetes-validate has no CRD schemas); kubebuilder's int-or-string admits both."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {key: strict(value) for key, value in schema.items()}
+    if schema.get("x-kubernetes-int-or-string"):
+        schema.pop("type", None)
+        schema["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        schema.setdefault("additionalProperties", False)
+    return schema
+
+
+def check_against_crd(body: dict[str, Any]) -> None:
+    import jsonschema
+    import yaml
+
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    schema = strict(version["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}  # ObjectMeta is not in the CRD
+    jsonschema.validate(body, schema)
+
+
+def job_spec(**overrides: Any) -> TrainJobSpec:
+    settings: dict[str, Any] = {
+        "name": "ampbench-test",
+        "namespace": "team-a",
+        "image": "registry.example/ampbench:1",
+        "arguments": [],
+        "num_nodes": 2,
+        "gpus_per_node": 0,
+        "config_map": "ampbench-config",
+        "config_map_keys": CONFIG_MAP_KEYS,
+        "secret": "ampbench-s3",
+        "secret_keys": SECRET_KEYS,
+    }
+    return TrainJobSpec(**{**settings, **overrides})
+
+
+def test_the_trainjob_fits_the_pinned_crd_and_refuses_what_it_does_not_know() -> None:
+    body = manifest(job_spec(gpus_per_node=8, node_selector={"gpu": "h200"}))
+    check_against_crd(body)
+    trainer = body["spec"]["trainer"]
+    # Processes per node stated, not inferred from the GPU limit.
+    assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 8
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "8"
+    secret_refs = [
+        e["valueFrom"]["secretKeyRef"]["key"]
+        for e in trainer["env"]
+        if "secretKeyRef" in e["valueFrom"]
+    ]
+    assert secret_refs == list(SECRET_KEYS)  # by reference: no key is in the object
+    import jsonschema
+
+    for broken in (
+        {**body, "spec": {**body["spec"], "trainer": {**trainer, "gpus": 8}}},
+        {**body, "spec": {**body["spec"], "podSpecOverrides": []}},  # Trainer v2.0's field
+        {**body, "spec": {**body["spec"], "trainer": {**trainer, "numNodes": "two"}}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            check_against_crd(broken)
+
+
+@pytest.fixture()
+def nodes_config(
+    synthetic_dataset: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> TrainConfig:
+    monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])  # the user's model, on every node
+    return TrainConfig(
+        synthetic_dataset,
+        precision="fp32",
+        model=MODEL,
+        epochs=2,
+        batch_size=GLOBAL_BATCH // WORLD,
+        subset=SUBSET,
+        device="cpu",
+        deterministic=True,
+    )
+
+
+def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
+    nodes_config: TrainConfig,
+    two_ranks: dict[str, Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Through the stand-in API: created, node 0's log streamed into ours, Complete, outputs
+    collected from the shared location, deleted; two nodes of one process each train what
+    two processes of one node train."""
+    with StandIn(tmp_path) as api, caplog.at_level(logging.INFO, logger="ampbench"):
+        results = train_on_nodes(
+            nodes_config,
+            job_spec(),
+            str(tmp_path / "shared"),
+            tmp_path / "results",
+            tmp_path / "model",
+            None,
+            api_client=api.api_client(),
+        )
+        (created,) = api.created
+        assert api.deleted == [created["metadata"]["name"]]
+    check_against_crd(created)
+    assert created["spec"]["trainer"]["command"][:4] == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--module",
+    ]
+    assert results.distributed is not None and results.distributed.world_size == 2
+    assert read_arm_results(tmp_path / "results") == results
+    node_0_lines = [
+        r.getMessage() for r in caplog.records if "[ampbench-test node 0]" in r.getMessage()
+    ]
+    assert any("epoch 2/2 fp32" in line for line in node_0_lines)
+    ours = [[getattr(epoch, key) for key in LEARNING] for epoch in results.epochs]
+    for mine, theirs in zip(ours, learning(two_ranks["results"]), strict=True):
+        assert mine == pytest.approx(theirs, rel=1e-6, abs=1e-7)
+
+
+def test_a_failed_trainjob_is_one_line_and_is_deleted(
+    nodes_config: TrainConfig, tmp_path: Path
+) -> None:
+    too_big = dataclasses.replace(nodes_config, batch_size=SUBSET)  # 2 nodes x 400 > 400 images
+    with StandIn(tmp_path) as api, pytest.raises(AmpbenchError) as raised:
+        train_on_nodes(
+            too_big,
+            job_spec(),
+            str(tmp_path / "shared"),
+            tmp_path / "r",
+            tmp_path / "m",
+            None,
+            api_client=api.api_client(),
+        )
+    assert (
+        str(raised.value)
+        == "TrainJob ampbench-test: Failed (TrainingFailed: a node exited with an error)"
+    )
+    assert api.deleted == ["ampbench-test"]
+    assert (
+        "--batch-size 800: larger than the 400 training images"
+        in (tmp_path / "ampbench-test-node-0.log").read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (
+            "no-crd",
+            "num_nodes 2: this cluster has no TrainJob API (trainer.kubeflow.org/v1alpha1); "
+            "install Kubeflow Trainer v2.3.0 or train on one node",
+        ),
+        (
+            "refuse",
+            'TrainJob ampbench-test: refused: admission webhook "validate.trainjob.trainer.'
+            'kubeflow.org" denied the request: ClusterTrainingRuntime.trainer.kubeflow.org '
+            '"torch-distributed" not found',
+        ),
+    ],
+)
+def test_no_trainer_or_no_runtime_is_one_line(
+    nodes_config: TrainConfig, tmp_path: Path, mode: str, expected: str
+) -> None:
+    with StandIn(tmp_path, mode) as api, pytest.raises(AmpbenchError) as raised:
+        train_on_nodes(
+            nodes_config,
+            job_spec(),
+            str(tmp_path / "shared"),
+            tmp_path / "r",
+            tmp_path / "m",
+            None,
+            api_client=api.api_client(),
+        )
+    assert str(raised.value) == expected
+    assert not api.created
+
+
+def test_several_nodes_need_a_shared_location(nodes_config: TrainConfig, tmp_path: Path) -> None:
+    with pytest.raises(AmpbenchError, match=r"^num_nodes 2: needs checkpoint_dir"):
+        train_on_nodes(
+            nodes_config, job_spec(), "", tmp_path / "r", tmp_path / "m", None, api_client=object()
+        )
+
+
+def compiled_pipeline(path: Path, image: str) -> dict[str, Any]:
+    import yaml
+
+    # The pipeline spec, then the platform spec (kfp-kubernetes' settings).
+    return next(yaml.safe_load_all(compile_pipeline(path, image).read_text()))
+
+
+def test_the_train_task_with_two_nodes_creates_the_trainjob_the_crd_admits(
+    synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline compiled with num_nodes 2 and gpu_count 8 hands the train task what it
+    needs, and the task's TrainJob, as the stand-in API receives it, fits the pinned CRD."""
+    image = "registry.example/ampbench:2"
+    pipeline = compiled_pipeline(tmp_path / "pipeline.yaml", image)
+    loop = pipeline["root"]["dag"]["tasks"]["for-loop-1"]["componentRef"]["name"]
+    train_inputs = pipeline["components"][loop]["dag"]["tasks"]["train"]["inputs"]["parameters"]
+    for name, parameter in (("num_nodes", "num_nodes"), ("requested_gpu_count", "gpu_count")):
+        assert train_inputs[name]["componentInputParameter"] == f"pipelinechannel--{parameter}"
+    assert train_inputs["trainjob_image"]["runtimeValue"]["constant"] == image
+    assert train_inputs["s3_secret"]["componentInputParameter"] == "pipelinechannel--s3_secret"
+
+    with StandIn(tmp_path, "refuse") as api:
+        monkeypatch.setattr(trainjob, "in_cluster_client", lambda: (api.api_client(), "team-a"))
+        with pytest.raises(SystemExit):
+            train_component.python_func(
+                dataset=SimpleNamespace(path=str(synthetic_dataset)),
+                precision="amp",
+                **component_outputs(tmp_path),
+                **DEFAULTS,
+                tracking=False,
+                checkpoint_dir=str(tmp_path / "shared"),
+                pipeline_run_id="run-7",
+                requested_gpu_type="nvidia.com/gpu",
+                requested_gpu_count=8,
+                requested_cpu="16",
+                requested_memory="64Gi",
+                num_nodes=2,
+                trainjob_image=image,
+                node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"},
+                config_map="team-config",
+                s3_secret="team-s3",
+            )
+    (body,) = api.refused
+    check_against_crd(body)
+    trainer = body["spec"]["trainer"]
+    assert body["metadata"]["namespace"] == "team-a" and trainer["image"] == image
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 8)
+    assert trainer["resourcesPerNode"]["limits"] == {
+        "cpu": "16",
+        "memory": "64Gi",
+        "nvidia.com/gpu": "8",
+    }
+    shared = f"{tmp_path}/shared/run-7/resnet18-b128-amp-seed0"
+    arguments = trainer["args"]
+    assert arguments[arguments.index("--dataset") + 1] == f"{shared}/dataset"
+    assert arguments[arguments.index("--output-dir") + 1] == f"{shared}/outputs"
+    assert arguments[arguments.index("--checkpoint-dir") + 1] == shared
+    assert "--resume" in arguments and "--no-tracking" in arguments
+    names = {
+        e["valueFrom"].get("configMapKeyRef", e["valueFrom"].get("secretKeyRef"))["name"]
+        for e in trainer["env"]
+    }
+    assert names == {"team-config", "team-s3"}
+    (patch,) = body["spec"]["runtimePatches"]
+    pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+    assert pod["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-H200"
+    }
