@@ -16,10 +16,10 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help run test fuzz lint format compile bench gpu-check image services clean
+.PHONY: help run test fuzz lint format compile bench gpu-check image image-check services clean
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # The venvs are (re)built on first use and whenever their requirements change.
 $(STAMP): pyproject.toml
@@ -67,6 +67,9 @@ gpu-check: ## On a GPU machine: the gpu tests, then the full experiment in every
 
 image: ## Build the component image with docker buildx (IMAGE=name:tag; needs a Docker daemon)
 	docker buildx build -f docker/Dockerfile -t $(IMAGE) --load .
+
+image-check: ## Build the image with buildah on a stand-in base and run the steps in it (root; minutes)
+	PYTHON=$(PYTHON) scripts/image-check.sh $(ARGS)
 
 clean: ## Remove run outputs and caches (keeps the venvs)
 	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml gpu-check/

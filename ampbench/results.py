@@ -54,6 +54,11 @@ DEFINITIONS = {
         "multiply-add; elementwise work not counted) times the steps trained, over the training "
         "time"
     ),
+    "Scaling efficiency": (
+        "images/s of an arm in N processes (torchrun; one per GPU) over N times its images/s "
+        "in one process, at the same batch per process (the global batch grows with N): 1.0 "
+        "is perfect scaling"
+    ),
     "MFU": (
         "model FLOP/s utilisation: achieved TFLOP/s over the device's dense peak for the arm's "
         "precision (components/train/flops.py lists the peaks and their sources); omitted where "
@@ -383,6 +388,21 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class ScalingRow:
+    """One arm at one world size, against the same arm in one process (DEFINITIONS["Scaling
+    efficiency"]) and against its baseline precision at the same scale."""
+
+    model: str
+    per_rank_batch: int
+    precision: str
+    world_size: int
+    arm: str
+    throughput_img_s: float
+    scaling_efficiency: float | None  # None: no one-process run of this arm to scale from
+    speedup: float | None  # over the baseline precision at this world size; None: the baseline
+
+
+@dataclass(frozen=True)
 class ArmSummary:
     """One arm over the seeds compared."""
 
@@ -452,6 +472,8 @@ class Comparison:
     accuracy_delta_pp: float
     mlflow: dict[str, str] | None = None
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+    # Where arms ran at several world sizes (torchrun processes: GPUs); empty otherwise.
+    scaling: list[ScalingRow] = field(default_factory=list)
 
 
 def read_comparison(path: Path) -> Comparison:

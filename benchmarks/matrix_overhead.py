@@ -58,7 +58,8 @@ def task_durations(run_log: Path) -> list[tuple[str, float]]:
 def one_run(archive: Path, subset: int, epochs: int, work: Path) -> list[dict[str, object]]:
     out = work / "out"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
-    command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(archive)]
+    # Absolute: the run's working directory is `work`.
+    command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(archive.resolve())]
     command += ["--subset", str(subset), "--epochs", str(epochs), *MATRIX, "--allow-emulated"]
     done = subprocess.run(
         [*command, "--output-dir", str(out)], capture_output=True, text=True, cwd=work, env=env

@@ -678,6 +678,10 @@ def _submit(args: argparse.Namespace) -> int:
             arguments.get("baseline_precision", defaults["baseline_precision"]),
         )
     settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
+    for name, least in (("num_nodes", 1), ("gpu_count", 0)):
+        if int(settings[name]) < least:
+            option = "--" + name.replace("_", "-")
+            raise AmpbenchError(f"{option}: must be at least {least}, not {settings[name]}")
     check_matrix(
         settings["runs"],
         settings["baseline_precision"],

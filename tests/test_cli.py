@@ -373,3 +373,16 @@ def test_training_settings_are_checked_before_anything_runs(
     KFP server is named: the command must stop before it would need one)."""
     line = one_line_error(capsys, [command, *option])
     assert pattern in line
+
+
+@pytest.mark.parametrize(
+    ("option", "pattern"),
+    [
+        (["--num-nodes", "0"], "--num-nodes: must be at least 1, not 0"),
+        (["--gpu-count", "-1"], "--gpu-count: must be at least 0, not -1"),
+    ],
+)
+def test_submit_refuses_impossible_scales(
+    option: list[str], pattern: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert pattern in one_line_error(capsys, ["submit", *option])

@@ -20,7 +20,7 @@ from ampbench.components.compare.analysis import (
     compare_runs,
     precision_label,
 )
-from ampbench.components.compare.plots import BATCH_PLOT, PLOTS
+from ampbench.components.compare.plots import BATCH_PLOT, PLOTS, SCALING_PLOT
 from ampbench.components.compare.report import render_markdown, render_text, results_block, tables
 from ampbench.components.compare.stats import mean_estimate, ratio_estimate
 from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
@@ -33,6 +33,7 @@ from ampbench.results import (
     Compute,
     DatasetRecord,
     DeviceRecord,
+    Distributed,
     EpochRecord,
     Memory,
     PrecisionRecord,
@@ -643,3 +644,69 @@ def test_every_precision_has_a_label_for_the_verdict(requested: str) -> None:
         record = PrecisionRecord(requested, resolved, None, False, False, emulated, "test")
         label = precision_label(record)
         assert label and label.endswith("emulated)") == emulated
+
+
+def scaled_run(precision: str, world: int, seed: int, time_s: float) -> ArmResults:
+    """A ResNet-18 run of batch 128 per process in `world` processes: world x 2 x IMAGES
+    images in time_s."""
+    run = arm_result(precision, seed, 0.7, 1000.0, time_s)
+    images = world * 2 * IMAGES
+    return with_(
+        run,
+        distributed=Distributed(world, 128, 128 * world, "nccl" if world > 1 else None, "fp32"),
+        timing__trained_images=images,
+        timing__throughput_img_s=images / time_s,
+    )
+
+
+def test_scaling_compares_each_world_size_with_one_process_and_its_baseline(
+    tmp_path: Path,
+) -> None:
+    # Each process trains the same images, twice as many in all at 2 processes: fp32 takes
+    # 100 s, then 120 s (83% efficient); amp 50 s, then 80 s (62.5%).
+    times = {("fp32", 1): 100.0, ("fp32", 2): 120.0, ("amp", 1): 50.0, ("amp", 2): 80.0}
+    runs = [
+        scaled_run(precision, world, seed, time_s * (1 + 0.001 * seed))
+        for (precision, world), time_s in times.items()
+        for seed in range(2)
+    ]
+    comparison = compare_runs(runs)
+    assert list(comparison.arms) == ["x1 fp32", "x1 amp", "x2 fp32", "x2 amp"]
+    assert comparison.comparisons["x2 amp"].baseline == "x2 fp32"
+    assert comparison.groups == [
+        "resnet18, batch 128",
+        "resnet18, batch 128 per process, 2 processes",
+    ]
+    rows = {(row.precision, row.world_size): row for row in comparison.scaling}
+    assert rows[("fp32", 2)].scaling_efficiency == pytest.approx(100 / 120, rel=1e-3)
+    assert rows[("amp", 2)].scaling_efficiency == pytest.approx(50 / 80, rel=1e-3)
+    assert rows[("fp32", 1)].scaling_efficiency == pytest.approx(1.0)
+    assert rows[("amp", 2)].speedup == pytest.approx(120 / 80, rel=1e-3)
+    assert rows[("fp32", 2)].speedup is None
+    header, table = tables(comparison)["Scaling"]
+    assert header == [
+        "model",
+        "batch per process",
+        "processes",
+        "images/s fp32",
+        "images/s amp",
+        "speedup amp",
+        "scaling fp32",
+        "scaling amp",
+    ]
+    assert table[1][2] == "2" and table[1][5] == "1.50x" and table[1][6:] == ["83%", "63%"]
+    outputs = CompareOutputs.in_directory(tmp_path / "out")
+    written = run_comparison(
+        [_write(tmp_path / f"{i}.json", r) for i, r in enumerate(runs)], outputs
+    )
+    assert read_comparison(outputs.comparison).scaling == written.scaling == comparison.scaling
+    assert SCALING_PLOT in {p.name for p in outputs.plots.iterdir()}
+    assert "## Scaling" in outputs.report.read_text()
+    # One world size: no scaling section.
+    assert compare_runs([r for r in runs if r.world_size == 1]).scaling == []
+
+
+def test_arms_at_other_world_sizes_are_refused_outside_a_matrix() -> None:
+    runs = [scaled_run("fp32", 1, 0, 100.0), scaled_run("amp", 2, 0, 80.0)]
+    with pytest.raises(AmpbenchError, match=r"world size \(fp32: 1; amp: 2\)"):
+        compare_arms({"fp32": runs[:1], "amp": runs[1:]})

@@ -38,7 +38,7 @@ from ampbench.components.train.step import TrackingOptions
 from ampbench.components.train.trainjob import TrainJobSpec, manifest
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.compile import compile_pipeline
-from ampbench.results import read_arm_results
+from ampbench.results import ArmResults, read_arm_results
 
 MODEL = "ddp_user_model:slow_tiny_convnet"
 MODULE = """
@@ -394,6 +394,19 @@ def nodes_config(
     )
 
 
+def train_through(api: StandIn, config: TrainConfig, tmp_path: Path) -> ArmResults:
+    """train_on_nodes against the stand-in API, sharing tmp_path/shared with its "nodes"."""
+    return train_on_nodes(
+        config,
+        job_spec(),
+        str(tmp_path / "shared"),
+        tmp_path / "results",
+        tmp_path / "model",
+        None,
+        api_client=api.api_client(),
+    )
+
+
 def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     nodes_config: TrainConfig,
     two_ranks: dict[str, Any],
@@ -404,15 +417,7 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     collected from the shared location, deleted; two nodes of one process each train what
     two processes of one node train."""
     with StandIn(tmp_path) as api, caplog.at_level(logging.INFO, logger="ampbench"):
-        results = train_on_nodes(
-            nodes_config,
-            job_spec(),
-            str(tmp_path / "shared"),
-            tmp_path / "results",
-            tmp_path / "model",
-            None,
-            api_client=api.api_client(),
-        )
+        results = train_through(api, nodes_config, tmp_path)
         (created,) = api.created
         assert api.deleted == [created["metadata"]["name"]]
     check_against_crd(created)
@@ -438,15 +443,7 @@ def test_a_failed_trainjob_is_one_line_and_is_deleted(
 ) -> None:
     too_big = dataclasses.replace(nodes_config, batch_size=SUBSET)  # 2 nodes x 400 > 400 images
     with StandIn(tmp_path) as api, pytest.raises(AmpbenchError) as raised:
-        train_on_nodes(
-            too_big,
-            job_spec(),
-            str(tmp_path / "shared"),
-            tmp_path / "r",
-            tmp_path / "m",
-            None,
-            api_client=api.api_client(),
-        )
+        train_through(api, too_big, tmp_path)
     assert (
         str(raised.value)
         == "TrainJob ampbench-test: Failed (TrainingFailed: a node exited with an error)"
@@ -478,15 +475,7 @@ def test_no_trainer_or_no_runtime_is_one_line(
     nodes_config: TrainConfig, tmp_path: Path, mode: str, expected: str
 ) -> None:
     with StandIn(tmp_path, mode) as api, pytest.raises(AmpbenchError) as raised:
-        train_on_nodes(
-            nodes_config,
-            job_spec(),
-            str(tmp_path / "shared"),
-            tmp_path / "r",
-            tmp_path / "m",
-            None,
-            api_client=api.api_client(),
-        )
+        train_through(api, nodes_config, tmp_path)
     assert str(raised.value) == expected
     assert not api.created
 

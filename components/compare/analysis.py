@@ -27,6 +27,7 @@ from ampbench.results import (
     Comparison,
     Estimate,
     PrecisionRecord,
+    ScalingRow,
 )
 
 # The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
@@ -61,6 +62,7 @@ SHARED: dict[str, Callable[[ArmResults], object]] = {
     "image shape": lambda r: "x".join(map(str, r.dataset.image_shape)),
     "training images": lambda r: r.dataset.train_images,
     "test images": lambda r: r.dataset.test_images,
+    "world size": lambda r: r.world_size,
     "torch": lambda r: r.versions.torch,
     "torchvision": lambda r: r.versions.torchvision,
     "CUDA": lambda r: r.versions.cuda,
@@ -72,7 +74,7 @@ FREE_HYPERPARAMETERS = {"seed", "precision", "checkpoint_every"}
 CHANCE_P_VALUE = 0.01  # accuracy above chance only if a binomial test says so at this level
 # The settings an experiment matrix varies besides precision, as shared_settings names them:
 # arms that differ in these are compared within their group, never across.
-MATRIX_SETTINGS = ("model", "batch size")
+MATRIX_SETTINGS = ("model", "batch size", "world size")
 
 
 def shared_settings(run: ArmResults) -> dict[str, str]:
@@ -241,15 +243,50 @@ def batch_size_of(run: ArmResults) -> int:
 
 
 def group_name(run: ArmResults) -> str:
-    return group_label(run.model, batch_size_of(run))
+    name = group_label(run.model, batch_size_of(run))
+    return name if run.world_size == 1 else f"{name} per process, {run.world_size} processes"
 
 
-def arm_label(run: ArmResults, models_vary: bool, batch_sizes_vary: bool) -> str:
-    """An arm's name in a matrix: the precision, after what else varies (`vit-s b512 bf16`);
-    in the two-arm experiment just the precision."""
+def arm_label(
+    run: ArmResults, models_vary: bool, batch_sizes_vary: bool, world_sizes_vary: bool = False
+) -> str:
+    """An arm's name in a matrix: the precision, after what else varies (`vit-s b512 x8 bf16`:
+    8 processes of batch 512); in the two-arm experiment just the precision."""
     parts = [run.model] if models_vary else []
     parts += [f"b{batch_size_of(run)}"] if batch_sizes_vary else []
+    parts += [f"x{run.world_size}"] if world_sizes_vary else []
     return " ".join([*parts, run.precision.requested])
+
+
+def scaling_rows(
+    summaries: Mapping[str, ArmSummary], comparisons: Mapping[str, ArmComparison]
+) -> list[ScalingRow]:
+    """Each arm at each world size against its one-process self; empty where every arm ran
+    at one world size (DEFINITIONS["Scaling efficiency"])."""
+    if len({arm.per_seed[0].world_size for arm in summaries.values()}) < 2:
+        return []
+    single = {
+        (arm.model, arm.batch_size, arm.precision.requested): arm.throughput_img_s.value
+        for arm in summaries.values()
+        if arm.per_seed[0].world_size == 1
+    }
+    rows = []
+    for name, arm in summaries.items():
+        world = arm.per_seed[0].world_size
+        one = single.get((arm.model, arm.batch_size, arm.precision.requested))
+        rows.append(
+            ScalingRow(
+                model=arm.model,
+                per_rank_batch=arm.batch_size,
+                precision=arm.precision.requested,
+                world_size=world,
+                arm=name,
+                throughput_img_s=arm.throughput_img_s.value,
+                scaling_efficiency=arm.throughput_img_s.value / (world * one) if one else None,
+                speedup=comparisons[name].speedup.value if name in comparisons else None,
+            )
+        )
+    return sorted(rows, key=lambda r: (r.model, r.per_rank_batch, r.world_size))
 
 
 def best_per_model(
@@ -402,6 +439,7 @@ def compare_runs(
         raise AmpbenchError("no training results to compare")
     models_vary = len({run.model for run in runs}) > 1
     batch_sizes_vary = len({batch_size_of(run) for run in runs}) > 1
+    world_sizes_vary = len({run.world_size for run in runs}) > 1
     # The order of a matrix whatever the order the runs come in (KFP collects them as they
     # finish): models and precisions as first seen, batch sizes ascending, baselines first.
     models = list(dict.fromkeys(run.model for run in runs))
@@ -411,13 +449,15 @@ def compare_runs(
         key=lambda run: (
             models.index(run.model),
             batch_size_of(run),
+            run.world_size,
             run.precision.requested != baseline,
             precisions.index(run.precision.requested),
         ),
     )
     arms: dict[str, list[ArmResults]] = {}
     for run in runs:
-        arms.setdefault(arm_label(run, models_vary, batch_sizes_vary), []).append(run)
+        label = arm_label(run, models_vary, batch_sizes_vary, world_sizes_vary)
+        arms.setdefault(label, []).append(run)
     return compare_arms(arms, baseline, allow_mismatch, group_by=MATRIX_SETTINGS)
 
 
@@ -585,6 +625,7 @@ def compare_arms(
         published_differences=published_differences(first, baseline, headline, len(arms)),
         groups=groups,
         best_per_model=best,
+        scaling=scaling_rows(summaries, comparisons),
         speedup=this.speedup.value,
         end_to_end_ratio=this.end_to_end_ratio.value,
         memory_ratio=this.memory_ratio.value if this.memory_ratio else None,

@@ -17,6 +17,8 @@ from ampbench.results import ArmSummary, Comparison, Estimate
 PLOTS = ("curves.png", "throughput.png", "memory.png")
 # Only for a matrix with several batch sizes: throughput and memory against batch size.
 BATCH_PLOT = "batch_scaling.png"
+# Only where arms ran at several world sizes: images/s against processes, with ideal scaling.
+SCALING_PLOT = "gpu_scaling.png"
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
 
 
@@ -92,6 +94,45 @@ def _batch_scaling(comparison: Comparison, path: Path) -> None:
     plt.close(figure)
 
 
+def _gpu_scaling(comparison: Comparison, path: Path) -> None:
+    """Images/s against processes (GPUs), a line per precision, a panel per (model, batch
+    per process), beside the ideal: N times one process."""
+    panels = list(dict.fromkeys((row.model, row.per_rank_batch) for row in comparison.scaling))
+    precisions = list(dict.fromkeys(row.precision for row in comparison.scaling))
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (model, batch) in zip(axes[0], panels, strict=True):
+        for index, precision in enumerate(precisions):
+            rows = sorted(
+                (
+                    r
+                    for r in comparison.scaling
+                    if (r.model, r.per_rank_batch, r.precision) == (model, batch, precision)
+                ),
+                key=lambda r: r.world_size,
+            )
+            worlds = [r.world_size for r in rows]
+            ax.plot(
+                worlds,
+                [r.throughput_img_s for r in rows],
+                "o-",
+                color=_color(index),
+                label=precision,
+            )
+            one = next((r.throughput_img_s for r in rows if r.world_size == 1), None)
+            if one is not None:
+                ax.plot(worlds, [one * w for w in worlds], ":", color=_color(index), alpha=0.6)
+        ax.set(
+            xlabel="processes (GPUs)",
+            ylabel="images/s",
+            title=f"{model}, batch {batch} per process",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(title="dotted: ideal")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def _curves(comparison: Comparison, path: Path) -> None:
     """Train loss, test loss and test accuracy per epoch, each on its own axis: test loss can
     sit orders of magnitude above train loss early on, and a shared linear axis flattens one
@@ -152,4 +193,7 @@ def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     if len({arm.batch_size for arm in arms.values()}) > 1:
         paths.append(directory / BATCH_PLOT)
         _batch_scaling(comparison, paths[-1])
+    if comparison.scaling:
+        paths.append(directory / SCALING_PLOT)
+        _gpu_scaling(comparison, paths[-1])
     return paths

@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 
 from ampbench.components.compare.analysis import PUBLISHED
-from ampbench.results import ArmSummary, Comparison, Estimate
+from ampbench.results import ArmSummary, Comparison, Estimate, ScalingRow
 
 TITLE = "ampbench: mixed precision against FP32"
 
@@ -143,6 +143,37 @@ def matrix_table(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
 Table = tuple[list[str], list[list[str]]]
 
 
+def scaling_table(comparison: Comparison) -> Table:
+    """Scaling, as DeepLearningExamples lays it out: a row per (model, batch per process,
+    processes), images/s per precision, each precision's speedup at that scale and its
+    scaling efficiency against one process."""
+    precisions = list(dict.fromkeys(row.precision for row in comparison.scaling))
+    mixed = [p for p in precisions if p != comparison.baseline]
+    header = ["model", "batch per process", "processes"]
+    header += [f"images/s {p}" for p in precisions]
+    header += [f"speedup {p}" for p in mixed]
+    header += [f"scaling {p}" for p in precisions]
+    keyed: dict[tuple[str, int, int], dict[str, ScalingRow]] = {}
+    for row in comparison.scaling:
+        keyed.setdefault((row.model, row.per_rank_batch, row.world_size), {})[row.precision] = row
+    rows = []
+    for (model, batch, world), members in keyed.items():
+        line = [model, str(batch), str(world)]
+        line += [f"{members[p].throughput_img_s:,.1f}" if p in members else "-" for p in precisions]
+        line += [
+            f"{members[p].speedup:.2f}x" if p in members and members[p].speedup else "-"
+            for p in mixed
+        ]
+        line += [
+            f"{members[p].scaling_efficiency:.0%}"
+            if p in members and members[p].scaling_efficiency is not None
+            else "-"
+            for p in precisions
+        ]
+        rows.append(line)
+    return header, rows
+
+
 def tables(comparison: Comparison) -> dict[str, Table]:
     """The report's tables as (header, rows) of text, shared by Markdown and HTML."""
     matrix = len(comparison.groups) > 1  # else model, batch and baseline are one each
@@ -207,6 +238,8 @@ def tables(comparison: Comparison) -> dict[str, Table]:
     }
     if matrix:
         found = {"At a glance": matrix_table(comparison), **found}
+    if comparison.scaling:
+        found["Scaling"] = scaling_table(comparison)
     return found
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.metadata
 import os
 import platform
 import random
@@ -32,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torchvision
 from torch import nn
 
 from ampbench import __version__
@@ -115,7 +115,8 @@ def software_versions() -> Versions:
     return Versions(
         ampbench=__version__,
         torch=torch.__version__,
-        torchvision=torchvision.__version__,
+        # Read, not imported: see models._torchvision.
+        torchvision=importlib.metadata.version("torchvision"),
         cuda=torch.version.cuda,
         cudnn=cudnn,
         python=platform.python_version(),

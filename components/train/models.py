@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torchvision
 from torch import nn
 from torch.nn import functional as F
 
@@ -140,10 +139,19 @@ def small_vit(num_classes: int, image_shape: ImageShape) -> SmallViT:
 
 
 # -- torchvision ----------------------------------------------------------------------------------
+def _torchvision() -> Any:
+    """torchvision, imported where a model needs it: its models and ops take about 0.4 s to
+    import on a CPU, which a training task of another model need not pay."""
+    import torchvision
+
+    return torchvision
+
+
 def torchvision_models() -> list[str]:
     """torchvision's classification models, by name (its detection, segmentation and video
     models do not map images to class logits)."""
-    return torchvision.models.list_models(module=torchvision.models)
+    models = _torchvision().models
+    return models.list_models(module=models)
 
 
 def _torchvision_options(name: str, image_shape: ImageShape) -> dict[str, Any]:
@@ -211,12 +219,12 @@ def _construct(name: str, num_classes: int, image_shape: ImageShape) -> nn.Modul
     if name == "resnet18":
         # The usual CIFAR adaptation: a 3x3 stride-1 stem and no max-pool keep 32x32 inputs
         # from shrinking to 8x8 before the first residual stage.
-        model = torchvision.models.resnet18(num_classes=num_classes)
+        model = _torchvision().models.resnet18(num_classes=num_classes)
         model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()
         return model
     if name == "resnet18-imagenet":
-        return torchvision.models.resnet18(num_classes=num_classes)
+        return _torchvision().models.resnet18(num_classes=num_classes)
     if name == "small-cnn":
         return small_cnn(num_classes)
     if name == "vit-s":
@@ -232,7 +240,7 @@ def _construct(name: str, num_classes: int, image_shape: ImageShape) -> nn.Modul
         return model
     # weights=None: no download, and random weights are what a training benchmark starts from.
     options = _torchvision_options(name, image_shape)
-    return torchvision.models.get_model(name, weights=None, num_classes=num_classes, **options)
+    return _torchvision().models.get_model(name, weights=None, num_classes=num_classes, **options)
 
 
 def build_model(name: str, num_classes: int, image_shape: ImageShape = (3, 32, 32)) -> nn.Module:
