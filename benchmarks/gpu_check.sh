@@ -80,7 +80,7 @@ if [ "$smoke" = 1 ]; then
   bench_rc=${PIPESTATUS[0]}
   # fp8 runs emulated here (torchao's emulate=True): the script's path, not its speed.
   "$python" benchmarks/gpu_benchmark.py --device cpu --data "$data" --model vit-s --lr 0.02 \
-    --precisions fp32,fp8 --subset 64 --batch-sizes 16 --arms "$out/vit-arms.jsonl" \
+    --precisions fp32,fp8 --subset 32 --batch-sizes 16 --arms "$out/vit-arms.jsonl" \
     --json "$out/vit.json" 2>&1 | tee "$out/vit-benchmark.txt"
   vit_rc=${PIPESTATUS[0]}
 else

@@ -77,40 +77,50 @@ buildah bud --isolation chroot --layers --quiet -f docker/Dockerfile \
   || { tail -40 "$work/build.log" >&2; echo "image-check: the build failed" >&2; exit 1; }
 step "built $image: $(buildah images --format '{{.Size}}' "$image")"
 
+# The steps' command lines as the KFP launcher runs them (the compiled executors, an executor
+# input each): written here, run in the image.
+steps=$work/steps
+rm -rf "$steps"
+"$python" scripts/kfp_step_commands.py "$image" /tmp/data/cifar10.tar.gz "$steps"
+
 container=$(buildah from "$image")
 trap 'buildah umount "$container" >/dev/null 2>&1; buildah rm "$container" >/dev/null 2>&1' EXIT
 root=$(buildah mount "$container")
 user=$(buildah inspect --type image --format '{{.OCIv1.Config.User}}' "$image")
 mapfile -t env < <(buildah inspect --type image --format '{{range .OCIv1.Config.Env}}{{println .}}{{end}}' "$image")
 workdir=$(buildah inspect --type image --format '{{.OCIv1.Config.WorkingDir}}' "$image")
-step "the three steps as user $user, root filesystem read-only, $workdir writable"
-# A private mount namespace: the image's root bound read-only onto itself, a tmpfs on /tmp,
-# /proc and /dev, the archive read-only; then each step chrooted into it as the image's user.
+step "the three steps as user $user, root filesystem read-only; $workdir and /minio writable"
+# A private mount namespace: the image's root bound read-only onto itself; tmpfs where a pod
+# mounts emptyDirs (/tmp, and /minio, where the executor keeps minio:// artifacts); /proc and
+# /dev; the archive read-only. Then each step chrooted into it as the image's user, with the
+# image's environment only.
 # shellcheck disable=SC2016 # expanded by the inner shell
 unshare --mount --propagation private bash -euo pipefail -c '
-  root=$1 user=$2 data=$3; shift 3
+  root=$1 user=$2 data=$3 steps=$4; shift 4
   mount --bind "$root" "$root" && mount -o remount,bind,ro "$root"
-  mount -t tmpfs -o size=4g,mode=1777 tmpfs "$root/tmp"
+  for writable in tmp minio; do
+    mount -t tmpfs -o size=4g,mode=1777 tmpfs "$root/$writable"
+  done
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
   mkdir "$root/tmp/data" && touch "$root/tmp/data/cifar10.tar.gz"
   mount --bind -o ro "$data" "$root/tmp/data/cifar10.tar.gz"
   in_image() { chroot --userspec="$user" "$root" env -i "$@"; }
-  step() { echo "-- $*"; }
   if in_image "$@" sh -c "touch /probe" 2>/dev/null; then
     echo "image-check: the root filesystem is writable" >&2; exit 1
   fi
-  step "uid in the image: $(in_image "$@" id -u), root filesystem read-only: yes"
-  step "prepare"
-  in_image "$@" ampbench prepare --data /tmp/data/cifar10.tar.gz --subset 512 --output-dir /tmp/prepared
-  for precision in fp32 amp; do
-    step "train $precision"
-    in_image "$@" ampbench train --dataset /tmp/prepared --precision "$precision" \
-      --model small-cnn --epochs 1 --batch-size 64 --allow-emulated --no-tracking \
-      --output-dir "/tmp/$precision"
+  echo "-- uid in the image: $(in_image "$@" id -u); root filesystem read-only: yes"
+  for file in "$steps"/*.argv; do
+    mapfile -d "" -t argv < "$file"
+    name=$(basename "$file" .argv)
+    echo "-- ${name#*-}: ${argv[*]:0:2} ... --function_to_execute ${argv[-1]}"
+    started=$SECONDS
+    in_image "$@" "${argv[@]}" > "$steps/$name.log" 2>&1 \
+      || { tail -30 "$steps/$name.log" >&2; echo "image-check: step $name failed" >&2; exit 1; }
+    echo "   done in $((SECONDS - started)) s"
   done
-  step "compare"
-  in_image "$@" ampbench compare /tmp/fp32/results.json /tmp/amp/results.json --output-dir /tmp/compare
-  in_image "$@" python -c "import json; c = json.load(open(\"/tmp/compare/results.json\")); print(\"verdict:\", c[\"verdict\"])"
-' image-check "$root" "$user" "$data" "${env[@]}"
+  echo "-- outputs, as the launcher would upload them:"
+  (cd "$root/minio/mlpipeline/v2/artifacts/image-check" && find . -maxdepth 2 | sort | sed "s/^/   /")
+  in_image "$@" python -c "import json; c = json.load(open(\"/minio/mlpipeline/v2/artifacts/image-check/compare/comparison\")); print(\"   verdict:\", c[\"verdict\"])"
+' image-check "$root" "$user" "$data" "$steps" "${env[@]}"
 step "passed"

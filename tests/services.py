@@ -426,9 +426,23 @@ rgw enable usage log = false
         return done.stdout
 
     def _ceph(self, *args: str, timeout: float = 30) -> str:
-        return self._run(
-            "ceph", ["-c", str(self.conf), "--connect-timeout", "10", *args], timeout=timeout
-        )
+        # A monitor just elected can refuse a client's first commands: under load the client
+        # may send them before it has the monmap, with fsid 0 ("handle_command on fsid 0000...
+        # != ..." in the monitor's log, EPERM "problem getting command descriptions" here).
+        # Every command used here is idempotent, so it is sent again.
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._run(
+                    "ceph",
+                    ["-c", str(self.conf), "--connect-timeout", "10", *args],
+                    timeout=timeout,
+                )
+            except ServiceError as error:
+                if "problem getting command descriptions" not in str(error) or attempt == 5:
+                    raise
+            time.sleep(1)
 
     def _ceph_ok(self, *args: str) -> bool:
         try:
