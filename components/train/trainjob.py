@@ -263,11 +263,8 @@ class TrainJobRun:
                 return
             failed = _condition(trainjob, "Failed")
             if failed is not None:
-                raise AmpbenchError(
-                    f"TrainJob {name}: Failed ({failed.get('reason', 'no reason')}: "
-                    f"{failed.get('message', '')})".rstrip(": )")
-                    + ")"
-                )
+                why = [failed.get("reason") or "no reason", failed.get("message")]
+                raise AmpbenchError(f"TrainJob {name}: Failed ({': '.join(filter(None, why))})")
             if time.monotonic() >= deadline:
                 raise AmpbenchError(f"TrainJob {name}: not finished within the task's time")
             self.sleep(self.poll_s)
