@@ -44,6 +44,8 @@ class StandIn:
         self.work = work
         self.mode = mode
         self.created: list[dict[str, Any]] = []
+        self.live: set[str] = set()  # TrainJobs created and not deleted
+        self.unavailable = 0  # how many reads of a TrainJob answer 503 first
         self.refused: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.nodes: dict[str, list[subprocess.Popen[bytes]]] = {}
@@ -146,7 +148,13 @@ class StandIn:
                         f'admission webhook "{WEBHOOK}" denied the request: '
                         f'ClusterTrainingRuntime.trainer.kubeflow.org "{runtime}" not found',
                     )
+                name = body["metadata"]["name"]
+                if name in standin.live:
+                    return self.failure(
+                        409, f'trainjobs.trainer.kubeflow.org "{name}" already exists'
+                    )
                 standin.created.append(body)
+                standin.live.add(name)
                 standin.start_nodes(body)
                 self.reply(201, body)
 
@@ -155,11 +163,16 @@ class StandIn:
                 if match := TRAINJOBS.match(url.path):
                     name = match[2]
                     found = [b for b in standin.created if b["metadata"]["name"] == name]
-                    if not found or name in standin.deleted:
+                    if not found or name not in standin.live:
                         return self.failure(
                             404, f'trainjobs.trainer.kubeflow.org "{name}" not found'
                         )
-                    return self.reply(200, {**found[0], "status": standin.status(name)})
+                    if standin.unavailable:
+                        standin.unavailable -= 1
+                        return self.failure(
+                            503, "the server is currently unable to handle the request"
+                        )
+                    return self.reply(200, {**found[-1], "status": standin.status(name)})
                 if match := PODS.match(url.path):
                     selector = parse_qs(url.query)["labelSelector"][0]
                     name = re.search(r"jobset-name=([^,]+)", selector)[1]  # type: ignore[index]
@@ -191,6 +204,7 @@ class StandIn:
                 match = TRAINJOBS.match(urlparse(self.path).path)
                 assert match and match[2]
                 standin.deleted.append(match[2])
+                standin.live.discard(match[2])
                 self.reply(200, {"kind": "Status", "status": "Success"})
 
         return Handler

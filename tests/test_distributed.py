@@ -199,11 +199,19 @@ class Output(SimpleNamespace):
         self.logged[name] = value
 
 
-def component_outputs(folder: Path) -> dict[str, Any]:
-    return {
+def train_task(dataset: Path, folder: Path, **settings: Any) -> dict[str, Output]:
+    """The train component's function, called as the KFP executor calls it (an amp arm,
+    untracked, unless `settings` say otherwise); its outputs in `folder`."""
+    outputs = {
         name: Output(path=str(folder / name), metadata={}, logged={})
         for name in ("model", "metrics", "results")
     }
+    train_component.python_func(
+        dataset=SimpleNamespace(path=str(dataset)),
+        **outputs,
+        **{**DEFAULTS, "precision": "amp", "tracking": False, **settings},
+    )
+    return outputs
 
 
 def test_the_train_task_with_two_gpus_trains_in_two_processes_through_torchrun(
@@ -216,20 +224,15 @@ def test_the_train_task_with_two_gpus_trains_in_two_processes_through_torchrun(
     """The pipeline's train task with gpu_count 2 (here gloo: no GPU): torchrun's Python
     entry point, then the arm's outputs collected as the task's own."""
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])
-    outputs = component_outputs(tmp_path)
-    train_component.python_func(
-        dataset=SimpleNamespace(path=str(synthetic_dataset)),
+    outputs = train_task(
+        synthetic_dataset,
+        tmp_path,
         precision="fp32",
-        **outputs,
-        **{
-            **DEFAULTS,
-            "epochs": 2,
-            "batch_size": GLOBAL_BATCH // WORLD,
-            "subset": SUBSET,
-            "model_name": MODEL,
-            "deterministic": True,
-        },
-        tracking=False,
+        epochs=2,
+        batch_size=GLOBAL_BATCH // WORLD,
+        subset=SUBSET,
+        model_name=MODEL,
+        deterministic=True,
         requested_gpu_count=WORLD,
     )
     results = read_arm_results(tmp_path / "results")
@@ -381,6 +384,7 @@ def test_the_trainjob_fits_the_pinned_crd_and_refuses_what_it_does_not_know() ->
 def nodes_config(
     synthetic_dataset: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> TrainConfig:
+    monkeypatch.setattr(trainjob, "POLL_S", 0.5)  # the stand-in answers at once
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])  # the user's model, on every node
     return TrainConfig(
         synthetic_dataset,
@@ -417,9 +421,17 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     collected from the shared location, deleted; two nodes of one process each train what
     two processes of one node train."""
     with StandIn(tmp_path) as api, caplog.at_level(logging.INFO, logger="ampbench"):
+        # An earlier attempt's TrainJob of the same name is still there: replaced. The API
+        # server answers the first read with 503: read again.
+        api.live.add("ampbench-test")
+        api.unavailable = 1
         results = train_through(api, nodes_config, tmp_path)
         (created,) = api.created
-        assert api.deleted == [created["metadata"]["name"]]
+        assert api.deleted == ["ampbench-test", "ampbench-test"]  # the old one, then ours
+    messages = [record.getMessage() for record in caplog.records]
+    assert "TrainJob ampbench-test exists (an earlier attempt): replacing it" in messages
+    assert any("the server is currently unable" in m and "trying again" in m for m in messages)
+    assert created["spec"]["activeDeadlineSeconds"] == 6 * 3600
     check_against_crd(created)
     assert created["spec"]["trainer"]["command"][:4] == [
         "python",
@@ -511,12 +523,9 @@ def test_the_train_task_with_two_nodes_creates_the_trainjob_the_crd_admits(
     with StandIn(tmp_path, "refuse") as api:
         monkeypatch.setattr(trainjob, "in_cluster_client", lambda: (api.api_client(), "team-a"))
         with pytest.raises(SystemExit):
-            train_component.python_func(
-                dataset=SimpleNamespace(path=str(synthetic_dataset)),
-                precision="amp",
-                **component_outputs(tmp_path),
-                **DEFAULTS,
-                tracking=False,
+            train_task(
+                synthetic_dataset,
+                tmp_path,
                 checkpoint_dir=str(tmp_path / "shared"),
                 pipeline_run_id="run-7",
                 requested_gpu_type="nvidia.com/gpu",
@@ -555,3 +564,24 @@ def test_the_train_task_with_two_nodes_creates_the_trainjob_the_crd_admits(
     assert pod["spec"]["template"]["spec"]["nodeSelector"] == {
         "nvidia.com/gpu.product": "NVIDIA-H200"
     }
+
+
+def test_in_a_pod_several_nodes_need_their_shared_location_on_s3(
+    synthetic_dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # as in every pod
+    with pytest.raises(SystemExit):
+        train_task(
+            synthetic_dataset, tmp_path, checkpoint_dir=str(tmp_path / "shared"), num_nodes=2
+        )
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "is not on S3; the nodes of a TrainJob mount nothing of this pod's, so only an s3:// "
+            "location reaches them"
+        )
+    )

@@ -95,7 +95,7 @@ def train(
         summary,
     )
     from ampbench.components.train.trainjob import TrainJobSpec
-    from ampbench.errors import reported_as_step
+    from ampbench.errors import AmpbenchError, reported_as_step
     from ampbench.logs import log, setup_logging
     from ampbench.matrix import run_name
 
@@ -162,6 +162,12 @@ def train(
                 node_selector=dict(node_selector),
             )
             shared = run_dir if checkpoint_dir else ""
+            if in_pod() and shared and not shared.startswith("s3://"):
+                raise AmpbenchError(
+                    f"num_nodes {num_nodes}: checkpoint_dir {checkpoint_dir} is not on S3; the "
+                    "nodes of a TrainJob mount nothing of this pod's, so only an s3:// "
+                    "location reaches them"
+                )
             outcome = train_on_nodes(config, job, shared, *outputs, tracked, requested)
         elif requested_gpu_count > 1:
             outcome = train_in_processes(config, requested_gpu_count, *outputs, tracked, requested)

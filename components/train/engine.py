@@ -89,6 +89,11 @@ def pick_device(name: str, local_rank: int | None = None) -> torch.device:
     if not torch.cuda.is_available():
         raise AmpbenchError(f"--device {name}: no CUDA GPU is visible to this process")
     index = device.index
+    if index is not None and local_rank is not None:
+        raise AmpbenchError(
+            f"--device {name}: under torchrun each process takes cuda:$LOCAL_RANK; give "
+            "--device cuda or auto"
+        )
     if index is None:
         index = torch.cuda.current_device() if local_rank is None else local_rank
     if index >= torch.cuda.device_count():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -119,10 +118,10 @@ def train_in_processes(
 
 
 def trainjob_name(pipeline_run_id: str, run: str) -> str:
-    """A TrainJob name (a DNS label, as JobSet's pods and Services need) for one attempt of
-    one run: a retried task makes a new TrainJob, which resumes from the run's checkpoints."""
-    digest = hashlib.sha256(f"{pipeline_run_id}\0{run}".encode()).hexdigest()[:10]
-    return f"ampbench-{digest}-{secrets.token_hex(3)}"
+    """A TrainJob name (a DNS label, as JobSet's pods and Services need) for one run of one
+    pipeline run: a retried task finds its predecessor's TrainJob under it and replaces it."""
+    digest = hashlib.sha256(f"{pipeline_run_id}\0{run}".encode()).hexdigest()[:16]
+    return f"ampbench-{digest}"
 
 
 def train_on_nodes(
@@ -138,9 +137,10 @@ def train_on_nodes(
 ) -> ArmResults:
     """Train one arm on job.num_nodes nodes through a Kubeflow Trainer TrainJob (trainjob.py).
 
-    shared: a location every node and this task can reach (an s3:// prefix, or a volume all of
-    them mount): the prepared data set goes there for the nodes, and node 0's rank 0 writes
-    the arm's outputs there for this task to collect.
+    shared: a location every node and this task can reach (an s3:// prefix in a cluster; a
+    local folder only where the "nodes" share this machine's disk, as in the tests): the
+    prepared data set goes there for the nodes, and node 0's rank 0 writes the arm's outputs
+    there for this task to collect. The TrainJob ends itself after timeout_s.
     """
     from ampbench.components.train.trainjob import TrainJobRun, in_cluster_client, manifest
 
@@ -160,5 +160,6 @@ def train_on_nodes(
         api_client, namespace = in_cluster_client()
         job = dataclasses.replace(job, namespace=job.namespace or namespace)
     arguments = train_arguments(config, outputs, tracking, dataset)
-    TrainJobRun(api_client).run(manifest(dataclasses.replace(job, arguments=arguments)), timeout_s)
+    job = dataclasses.replace(job, arguments=arguments, active_deadline_s=int(timeout_s))
+    TrainJobRun(api_client).run(manifest(job), timeout_s)
     return collect_outputs(outputs, results_path, model_path, requested_resources)

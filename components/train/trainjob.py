@@ -18,6 +18,7 @@ per node are stated explicitly (numProcPerNode) rather than inferred from the GP
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ class TrainJobSpec:
     secret: str = ""
     secret_keys: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
+    # Trainer ends the TrainJob after this long, whatever became of the task that made it.
+    active_deadline_s: int = 6 * 3600
 
 
 def manifest(spec: TrainJobSpec) -> dict[str, Any]:
@@ -113,6 +116,7 @@ def manifest(spec: TrainJobSpec) -> dict[str, Any]:
                 "apiGroup": GROUP,
                 "kind": "ClusterTrainingRuntime",
             },
+            "activeDeadlineSeconds": spec.active_deadline_s,
             "trainer": {
                 "image": spec.image,
                 # torchrun reads the nodes, node rank and master from the runtime's PET_* env.
@@ -166,17 +170,38 @@ def _condition(trainjob: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+TRANSIENT_STATUSES = {429, 500, 502, 503, 504}
+TRANSIENT_TRIES = 5
+
+
+def _transient(error: BaseException) -> bool:
+    """An API error worth another try: the server busy or restarting, the connection lost."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    if isinstance(error, ApiException):
+        return error.status in TRANSIENT_STATUSES
+    return isinstance(error, (HTTPError, ConnectionError, TimeoutError))
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 class TrainJobRun:
     """One TrainJob through the Kubernetes API: created, followed and deleted."""
 
     def __init__(
-        self, api_client: Any, poll_s: float = POLL_S, sleep: Callable[[float], None] = time.sleep
+        self,
+        api_client: Any,
+        poll_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         from kubernetes import client
 
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
-        self.poll_s = poll_s
+        self.poll_s = POLL_S if poll_s is None else poll_s
         self.sleep = sleep
 
     def create(self, body: dict[str, Any]) -> None:
@@ -192,6 +217,14 @@ class TrainJobRun:
                     f"TrainJob API ({API_VERSION}); install Kubeflow Trainer {TRAINER_VERSION} "
                     "or train on one node"
                 ) from None
+            if error.status == 409:
+                # The TrainJob of an earlier attempt of this task, killed before it could
+                # delete it: replaced; the new one resumes from the run's checkpoints.
+                log.warning("TrainJob %s exists (an earlier attempt): replacing it", name)
+                self.delete(namespace, name)
+                self._await_gone(namespace, name)
+                self.create(body)
+                return
             if error.status == 403:
                 raise AmpbenchError(
                     f"TrainJob {name}: the pipeline's service account may not create TrainJobs "
@@ -206,17 +239,41 @@ class TrainJobRun:
             body["spec"]["trainer"]["numNodes"],
         )
 
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs), tried again on transient errors (a busy or restarting API
+        server must not end a training that runs fine); anything else is one line."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn(*args, **kwargs)
+            except Exception as error:  # sorted here: none is let through raw
+                if not _transient(error):
+                    raise AmpbenchError(f"{what}: {_reason(error)}") from None
+                if attempt == TRANSIENT_TRIES:
+                    raise AmpbenchError(
+                        f"{what}: failed {attempt} times: {_reason(error)}"
+                    ) from None
+                log.warning("%s: %s; trying again", what, _reason(error))
+            self.sleep(self.poll_s)
+
     def get(self, namespace: str, name: str) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
+        return self._call(
+            f"TrainJob {name}: cannot be read",
+            self.custom.get_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+        )
 
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as error:
-            raise AmpbenchError(f"TrainJob {name}: cannot be read: {_reason(error)}") from None
-
-    def node_0_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        pods = self.core.list_namespaced_pod(
-            namespace, label_selector=NODE_0_SELECTOR.format(name=name)
+    def node_0_pod(self, namespace: str, name: str) -> Any:
+        pods = self._call(
+            f"TrainJob {name}: its pods cannot be listed",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=NODE_0_SELECTOR.format(name=name),
         )
         return pods.items[0] if pods.items else None
 
@@ -225,19 +282,28 @@ class TrainJobRun:
         while time.monotonic() < deadline:
             pod = self.node_0_pod(namespace, name)
             if pod is not None and pod.status.phase in ("Running", "Succeeded", "Failed"):
-                for line in self._log_lines(namespace, pod.metadata.name):
-                    log.info("[%s node 0] %s", name, line)
+                try:
+                    for line in self._log_lines(namespace, pod.metadata.name, deadline):
+                        log.info("[%s node 0] %s", name, line)
+                except Exception as error:  # the log is a courtesy, not the job
+                    log.warning("node 0's log stopped (%s); waiting for the TrainJob", error)
                 return
             if self._finished(self.get(namespace, name)):
                 return  # it ended without a pod to read (refused, or never scheduled)
             self.sleep(self.poll_s)
 
-    def _log_lines(self, namespace: str, pod: str) -> Iterator[str]:
+    def _log_lines(self, namespace: str, pod: str, deadline: float) -> Iterator[str]:
         from kubernetes.client.exceptions import ApiException
 
         try:
             response = self.core.read_namespaced_pod_log(
-                pod, namespace, container=NODE, follow=True, _preload_content=False
+                pod,
+                namespace,
+                container=NODE,
+                follow=True,
+                _preload_content=False,
+                # Never past the task's deadline, even if node 0 hangs.
+                _request_timeout=max(1.0, deadline - time.monotonic()),
             )
         except ApiException as error:
             log.warning("node 0's log cannot be read: %s", _reason(error))
@@ -269,6 +335,18 @@ class TrainJobRun:
                 raise AmpbenchError(f"TrainJob {name}: not finished within the task's time")
             self.sleep(self.poll_s)
 
+    def _await_gone(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        for _ in range(60):
+            try:
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            except ApiException as error:
+                if error.status == 404:
+                    return
+            self.sleep(min(self.poll_s, 5.0))
+        raise AmpbenchError(f"TrainJob {name}: an earlier attempt's TrainJob does not go away")
+
     def delete(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
@@ -283,11 +361,15 @@ class TrainJobRun:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         deadline = time.monotonic() + timeout_s
         self.create(body)
+        # Kubernetes stops a task's pod with SIGTERM (a stopped run, a timeout, a drained
+        # node): made an exception here, so that the TrainJob is deleted on the way out.
+        previous = signal.signal(signal.SIGTERM, _terminated)
         try:
             self.stream_node_0_log(namespace, name, deadline)
             self.wait(namespace, name, deadline)
         finally:
             self.delete(namespace, name)
+            signal.signal(signal.SIGTERM, previous)
 
 
 def in_cluster_client() -> tuple[Any, str]:
@@ -296,5 +378,10 @@ def in_cluster_client() -> tuple[Any, str]:
 
     from kubernetes import client, config
 
-    config.load_incluster_config()
+    try:
+        config.load_incluster_config()
+    except config.ConfigException as error:
+        raise AmpbenchError(
+            f"num_nodes above 1: a TrainJob is made from inside a Kubernetes pod ({error})"
+        ) from None
     return client.ApiClient(), Path(SERVICE_ACCOUNT_NAMESPACE).read_text(encoding="utf-8").strip()
