@@ -72,7 +72,7 @@ fi
 step "stand-in base: $(buildah images --format '{{.Size}}' "$base:$base_tag")"
 
 step "docker/Dockerfile on the stand-in base"
-buildah bud --isolation chroot --layers --quiet -f docker/Dockerfile \
+buildah bud --isolation chroot --quiet -f docker/Dockerfile \
   --build-arg PYTORCH_IMAGE=$base -t "$image" . > "$work/build.log" 2>&1 \
   || { tail -40 "$work/build.log" >&2; echo "image-check: the build failed" >&2; exit 1; }
 step "built $image: $(buildah images --format '{{.Size}}' "$image")"
