@@ -37,6 +37,17 @@ MODEL_TRAINING = "custom_model_development"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 FINAL_FLUSH_ATTEMPTS = 5
+# Set before MLflow is first imported, unless the user set them: a server that is down should
+# cost seconds, not MLflow's default of minutes of retries (our own buffer retries later); and
+# MLflow's usage telemetry runs threads that post to the internet while training steps are
+# timed, and waits on them at exit (seconds per task where there is no internet).
+MLFLOW_ENV_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+for _name, _value in MLFLOW_ENV_DEFAULTS.items():
+    os.environ.setdefault(_name, _value)
 
 
 def tracking_uri() -> str:
@@ -44,10 +55,6 @@ def tracking_uri() -> str:
 
 
 def _client() -> Any:
-    # A server that is down should cost seconds, not MLflow's default of minutes of retries;
-    # our own buffer retries later instead.
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri())

@@ -251,3 +251,22 @@ def tracked(metrics: dict[str, float]) -> set[str]:
     """The training metrics' names: system metrics (system/...) arrive every 10 s, so an arm
     shorter than that has none."""
     return {name for name in metrics if not name.startswith("system/")}
+
+
+@pytest.mark.parametrize(("preset", "seen"), [(None, "true"), ("false", "false")])
+def test_mlflow_telemetry_is_off_unless_the_user_turned_it_on(
+    preset: str | None, seen: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    if preset is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = preset
+    # MLflow's own reading of the switch (it also turns telemetry off under CI and pytest).
+    probe = (
+        "import ampbench.tracking, os\n"
+        "from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY as switch\n"
+        "print(os.environ['MLFLOW_DISABLE_TELEMETRY'], switch.get())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.split() == [seen, str(seen == "true")]

@@ -430,3 +430,16 @@ def test_achieved_flops_are_the_counted_step_flops_over_the_training_time(
     assert compute.achieved_tflops == pytest.approx(expected)
     assert compute.peak_tflops is None and compute.mfu is None  # no CPU's peak is known
     assert results.time_to_target is None  # no --target-accuracy
+
+
+def test_deterministic_algorithms_follow_each_run_in_one_process() -> None:
+    # seed_everything skips torch's setter when nothing changes (it imports torch._inductor):
+    # a run after a deterministic one must still turn them off.
+    try:
+        engine.seed_everything(0, deterministic=True)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        engine.seed_everything(0, deterministic=False)
+        assert not torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
