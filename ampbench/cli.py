@@ -397,6 +397,18 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="share of the steps the learning rate warms up over",
     )
     parser.add_argument(
+        "--momentum", type=float, default=TrainConfig.momentum, help="SGD's Nesterov momentum"
+    )
+    parser.add_argument(
+        "--weight-decay", type=float, default=TrainConfig.weight_decay, help="SGD's weight decay"
+    )
+    parser.add_argument(
+        "--initial-loss-scale",
+        type=float,
+        default=TrainConfig.initial_loss_scale,
+        help="fp16: the GradScaler's first loss scale",
+    )
+    parser.add_argument(
         "--eval-batch-size",
         type=positive_int,
         default=TrainConfig.eval_batch_size,
@@ -460,32 +472,7 @@ def _train(args: argparse.Namespace) -> int:
             dataset = storage.fetch_tree(args.dataset, scratch("ampbench-dataset-"))[0]
         local = scratch("ampbench-train-") if storage.is_s3(args.output_dir) else None
         output_dir = local or Path(args.output_dir)
-        config = TrainConfig(
-            dataset_dir=dataset,
-            precision=args.precision,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            seed=args.seed,
-            model=args.model,
-            label_smoothing=args.label_smoothing,
-            warmup_fraction=args.warmup_fraction,
-            eval_batch_size=args.eval_batch_size,
-            max_skipped_steps=args.max_skipped_steps,
-            compile=args.compile,
-            deterministic=args.deterministic,
-            subset=args.subset,
-            device=args.device,
-            checkpoint_dir=args.checkpoint_dir,
-            checkpoint_every=args.checkpoint_every,
-            keep_checkpoints=args.keep_checkpoints,
-            resume=args.resume,
-            warmup_steps=args.warmup_steps,
-            allow_emulated=args.allow_emulated,
-            image_size=args.image_size,
-            target_accuracy=args.target_accuracy,
-            grad_comm=args.grad_comm,
-        )
+        config = TrainConfig.from_options(args, dataset)
         results = run_training(
             config,
             output_dir / RESULTS_FILE,

@@ -282,19 +282,26 @@ def test_the_command_line_for_other_processes_says_what_the_config_says() -> Non
         target_accuracy=0.5,
         image_size=64,
         grad_comm="bf16",
+        label_smoothing=0.1,
+        momentum=0.8,
+        weight_decay=1e-4,
+        warmup_fraction=0.2,
+        eval_batch_size=256,
+        device="cpu",
+        keep_checkpoints=2,
+        max_skipped_steps=9,
+        initial_loss_scale=2.0**10,
+        warmup_steps=1,
+    )
+    # Every field is stated, so every one must round-trip.
+    defaults = TrainConfig(Path())
+    assert all(
+        getattr(config, f.name) != getattr(defaults, f.name) for f in dataclasses.fields(config)
     )
     tracking = TrackingOptions("exp", "run-1", "registered")
     arguments = train_arguments(config, "s3://bucket/out", tracking)
     parsed = build_parser().parse_args(["train", *arguments])
-    rebuilt = TrainConfig(
-        Path(parsed.dataset),
-        **{
-            field.name: getattr(parsed, field.name)
-            for field in dataclasses.fields(TrainConfig)
-            if field.name != "dataset_dir" and hasattr(parsed, field.name)
-        },
-    )
-    assert rebuilt == config
+    assert TrainConfig.from_options(parsed, Path(parsed.dataset)) == config
     assert (parsed.output_dir, parsed.experiment, parsed.pipeline_run_id) == (
         "s3://bucket/out",
         "exp",

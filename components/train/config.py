@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,15 @@ class TrainConfig:
     target_accuracy: float = 0.0  # stop at the first epoch reaching it (0: off)
     image_size: int = 0  # resize batches to image_size x image_size on the device (0: as prepared)
     grad_comm: str = "fp32"  # gradient all-reduce precision under torchrun (GRAD_COMM)
+
+    @classmethod
+    def from_options(cls, options: object, dataset_dir: Path) -> TrainConfig:
+        """The config that `ampbench train`'s parsed options state: each field is the option
+        of its name (batch_size: --batch-size), as launch.train_arguments writes them."""
+        return cls(
+            dataset_dir,
+            **{f.name: getattr(options, f.name) for f in fields(cls) if f.name != "dataset_dir"},
+        )
 
     def validate(self) -> None:
         positive = {
