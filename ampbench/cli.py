@@ -25,10 +25,11 @@ from ampbench.argtypes import (
     seed_list,
 )
 from ampbench.errors import AmpbenchError
-from ampbench.logs import rank, setup_logging
+from ampbench.logs import setup_logging
 from ampbench.pipelines.compile import add_build_options
 from ampbench.pipelines.submit import add_commands as _add_kfp
 from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.world import world_from_env
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -479,7 +480,7 @@ def _train(args: argparse.Namespace) -> int:
             output_dir / MODEL_FILE,
             None if args.no_tracking else tracking,
         )
-        if rank() != 0:  # under torchrun, rank 0 speaks for the run
+        if not world_from_env().main:  # under torchrun, rank 0 speaks for the run
             return 0
         if local is not None:
             storage.copy_tree(local, args.output_dir, [RESULTS_FILE, MODEL_FILE])
@@ -645,9 +646,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.verbose)
     handler: Handler = args.handler
     try:
+        setup_logging(args.verbose)  # a malformed $RANK is one line too
         return handler(args)
     except AmpbenchError as error:
         print(f"ampbench: error: {error}", file=sys.stderr)

@@ -1,13 +1,12 @@
 """Logging and progress that suit both a terminal and a KFP pod, and know their rank.
 
-Under torchrun every process has RANK and WORLD_SIZE; only rank 0 draws progress and logs
+Under torchrun (ampbench.world) only rank 0 draws progress and logs
 at INFO, so that N processes do not print N copies of the same lines.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -16,22 +15,9 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from ampbench.world import world_from_env
+
 log = logging.getLogger("ampbench")
-
-
-def _environ_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-def rank() -> int:
-    return _environ_int("RANK", 0)
-
-
-def world_size() -> int:
-    return _environ_int("WORLD_SIZE", 1)
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -49,14 +35,15 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 def setup_logging(verbose: bool = False) -> None:
     """Plain timestamped lines on stderr; the rank is named once there is more than one."""
-    prefix = f"[rank {rank()}/{world_size()}] " if world_size() > 1 else ""
+    world = world_from_env()
+    prefix = f"[rank {world.rank}/{world.size}] " if world.distributed else ""
     handler = _StderrHandler()
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s %(levelname)s {prefix}%(message)s", "%H:%M:%S")
     )
     log.handlers[:] = [handler]
     log.propagate = False
-    if rank() != 0:
+    if not world.main:
         log.setLevel(logging.WARNING)
     else:
         log.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -84,7 +71,7 @@ class Progress:
         self._lock = threading.Lock()
         self._start = time.perf_counter()
         self._last_line = self._start
-        enabled = rank() == 0
+        enabled = world_from_env().main
         self._bar = (
             tqdm(
                 total=total, desc=desc, unit=unit, unit_scale=True, dynamic_ncols=True, leave=False

@@ -31,6 +31,7 @@ def test_plain_progress_lines_carry_count_rate_and_eta(
 def test_only_rank_zero_speaks_at_info(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
     setup_logging()
     try:
         assert log.level == logging.WARNING
@@ -38,8 +39,8 @@ def test_only_rank_zero_speaks_at_info(monkeypatch: pytest.MonkeyPatch) -> None:
         progress = Progress(10, "x")
         assert progress._bar is None and not progress._plain
     finally:
-        monkeypatch.delenv("RANK")
-        monkeypatch.delenv("WORLD_SIZE")
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            monkeypatch.delenv(name)
         setup_logging()
     assert log.level == logging.INFO
 
@@ -53,3 +54,18 @@ def test_credentials_never_leave_in_uris_or_error_lines() -> None:
     line = describe(error)
     assert "s3cret" not in line and "bob" not in line
     assert line == "RuntimeError: API request to https://mlflow.example/api failed"
+
+
+def test_a_malformed_torchrun_environment_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ampbench.cli import main
+
+    monkeypatch.setenv("RANK", "zero")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    code = main(["train", "--dataset", "d", "--precision", "fp32", "--output-dir", "o"])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "ampbench: error: $RANK: 'zero' is not a whole number (torchrun sets it)\n"
+    )

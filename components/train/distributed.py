@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -22,7 +20,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from ampbench.errors import AmpbenchError
+from ampbench.world import World
 
 # Gradient all-reduce precision, an arm setting: DDP's built-in compression hooks cast each
 # bucket to bf16 or fp16 for the all-reduce and back (fp32: no hook, DDP's default).
@@ -34,47 +32,6 @@ GRAD_COMM_HOOKS = {
 # How long a collective may wait for a rank that has gone: a killed rank must end the job
 # (torchrun then stops the others) rather than leave them waiting for good.
 COLLECTIVE_TIMEOUT = datetime.timedelta(minutes=10)
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's place among the training processes (a single process: rank 0 of 1)."""
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.size > 1
-
-    @property
-    def main(self) -> bool:
-        """Rank 0: the one process that writes results, checkpoints and MLflow."""
-        return self.rank == 0
-
-
-SINGLE_PROCESS = World()
-
-
-def _environ_int(name: str) -> int:
-    value = os.environ.get(name, "")
-    try:
-        return int(value)
-    except ValueError:
-        raise AmpbenchError(
-            f"${name}: '{value}' is not a whole number (torchrun sets it)"
-        ) from None
-
-
-def world_from_env() -> World:
-    """The world torchrun describes in the environment; one process where it describes none."""
-    if "WORLD_SIZE" not in os.environ:
-        return SINGLE_PROCESS
-    world = World(_environ_int("RANK"), _environ_int("WORLD_SIZE"), _environ_int("LOCAL_RANK"))
-    if not 0 <= world.rank < world.size:
-        raise AmpbenchError(f"$RANK {world.rank}: not within $WORLD_SIZE {world.size}")
-    return world
 
 
 def join(world: World, device: torch.device) -> None:

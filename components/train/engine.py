@@ -39,7 +39,6 @@ from ampbench import __version__
 from ampbench.components.train import checkpoint, distributed
 from ampbench.components.train.config import TrainConfig, check_against_dataset
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
-from ampbench.components.train.distributed import World, world_from_env
 from ampbench.components.train.flops import peak_tflops, train_step_flops
 from ampbench.components.train.fp8 import convert_for_fp8
 from ampbench.components.train.models import build_model, parameter_count
@@ -67,6 +66,7 @@ from ampbench.results import (
     Versions,
 )
 from ampbench.sampling import stratified_take
+from ampbench.world import SINGLE_PROCESS, World, world_from_env
 
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
 
@@ -266,7 +266,7 @@ def evaluate(
     data: DeviceSplit,
     precision: Precision,
     batch_size: int,
-    world: World = distributed.SINGLE_PROCESS,
+    world: World = SINGLE_PROCESS,
 ) -> tuple[float, float]:
     """(mean loss, accuracy) on a split, under the arm's autocast, with one host sync; under
     torchrun each rank evaluates its share and the sums are all-reduced."""

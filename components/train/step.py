@@ -10,7 +10,6 @@ import torch
 
 from ampbench.cluster import in_pod
 from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.distributed import world_from_env
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.models import example_input
 from ampbench.matrix import group_label, run_name
@@ -25,6 +24,7 @@ from ampbench.tracking import (
     preload,
     safe_tracking_uri,
 )
+from ampbench.world import world_from_env
 
 # Per-epoch record field -> MLflow metric name. The names are the same in every arm's run so
 # that MLflow's compare view lines them up.
