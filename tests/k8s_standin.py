@@ -162,15 +162,15 @@ class StandIn:
                 url = urlparse(self.path)
                 if match := TRAINJOBS.match(url.path):
                     name = match[2]
-                    found = [b for b in standin.created if b["metadata"]["name"] == name]
-                    if not found or name not in standin.live:
-                        return self.failure(
-                            404, f'trainjobs.trainer.kubeflow.org "{name}" not found'
-                        )
                     if standin.unavailable:
                         standin.unavailable -= 1
                         return self.failure(
                             503, "the server is currently unable to handle the request"
+                        )
+                    found = [b for b in standin.created if b["metadata"]["name"] == name]
+                    if not found or name not in standin.live:
+                        return self.failure(
+                            404, f'trainjobs.trainer.kubeflow.org "{name}" not found'
                         )
                     return self.reply(200, {**found[-1], "status": standin.status(name)})
                 if match := PODS.match(url.path):

@@ -429,7 +429,7 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     two processes of one node train."""
     with StandIn(tmp_path) as api, caplog.at_level(logging.INFO, logger="ampbench"):
         # An earlier attempt's TrainJob of the same name is still there: replaced. The API
-        # server answers the first read with 503: read again.
+        # server answers the first read (is the old one gone?) with 503: read again.
         api.live.add("ampbench-test")
         api.unavailable = 1
         results = train_through(api, nodes_config, tmp_path)

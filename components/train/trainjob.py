@@ -338,12 +338,19 @@ class TrainJobRun:
     def _await_gone(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        for _ in range(60):
+        def exists() -> bool:
             try:
                 self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
             except ApiException as error:
                 if error.status == 404:
-                    return
+                    return False
+                raise
+            return True
+
+        for _ in range(60):
+            # Through _call: a transient error is tried again, any other is one line.
+            if not self._call(f"TrainJob {name}: cannot be read", exists):
+                return
             self.sleep(min(self.poll_s, 5.0))
         raise AmpbenchError(f"TrainJob {name}: an earlier attempt's TrainJob does not go away")
 
