@@ -10,7 +10,11 @@ arms and are reported per arm too. Prints each task, then the medians over tasks
 as a fraction of an arm's training time (goal: under 10 % on a 1,024-image subset).
 
     python benchmarks/matrix_overhead.py [--data ARCHIVE] [--subset 1024] [--repeats 2]
-        [--json FILE]
+        [--models small-cnn] [--batch-sizes 64,128] [--json FILE]
+
+Also measured in the same run: a bare process that imports torch and exits (median of 3),
+the least any task that trains with PyTorch in its own process pays, so that the overhead
+beyond it is printed too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from common import archive_argument, median, table, write_json
@@ -31,7 +36,7 @@ from ampbench.results import read_arm_results
 
 # Two arms per model and batch size; emulated bf16 where this CPU has none (labelled so):
 # the overhead, not the precision, is measured, and it is taken per task either way.
-MATRIX = ["--models", "small-cnn", "--batch-sizes", "64,128", "--precisions", "amp"]
+PRECISIONS = ["--precisions", "amp"]
 TASK_LINE = re.compile(
     r"^(\d\d:\d\d:\d\d\.\d+) - INFO - (?:Executing task '([\w-]+)'|Task '([\w-]+)' finished)"
 )
@@ -55,12 +60,24 @@ def task_durations(run_log: Path) -> list[tuple[str, float]]:
     return durations
 
 
-def one_run(archive: Path, subset: int, epochs: int, work: Path) -> list[dict[str, object]]:
+def torch_process_s() -> float:
+    """Wall time of a process that starts Python, imports torch and exits (median of 3)."""
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def one_run(
+    archive: Path, subset: int, epochs: int, matrix: list[str], work: Path
+) -> list[dict[str, object]]:
     out = work / "out"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     # Absolute: the run's working directory is `work`.
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(archive.resolve())]
-    command += ["--subset", str(subset), "--epochs", str(epochs), *MATRIX, "--allow-emulated"]
+    command += ["--subset", str(subset), "--epochs", str(epochs), *matrix, "--allow-emulated"]
     done = subprocess.run(
         [*command, "--output-dir", str(out)], capture_output=True, text=True, cwd=work, env=env
     )
@@ -97,17 +114,21 @@ def main() -> None:
     parser.add_argument("--subset", type=int, default=1024)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--models", default="small-cnn", help="the matrix's models")
+    parser.add_argument("--batch-sizes", default="64,128", help="the matrix's batch sizes")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    matrix = ["--models", args.models, "--batch-sizes", args.batch_sizes, *PRECISIONS]
     if not args.data.is_file():
         sys.exit(f"matrix_overhead: {args.data}: no such archive (pass --data)")
     print(f"CPU: {cpu_name()} ({cpu_capability()})")
+    floor = torch_process_s()
     rows = []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="ampbench-matrix-") as work:
             rows += [
                 {"repeat": repeat, **row}
-                for row in one_run(args.data, args.subset, args.epochs, Path(work))
+                for row in one_run(args.data, args.subset, args.epochs, matrix, Path(work))
             ]
     header = ["arm", "repeat", "task (s)", "arm end-to-end (s)", "training (s)", "overhead (s)"]
     print(
@@ -135,6 +156,10 @@ def main() -> None:
         f"{args.epochs} epochs (goal: under 10 %)"
     )
     print(
+        f"of which a bare Python process importing torch: {floor:.2f} s (median of 3); beyond "
+        f"it: {overhead - floor:.2f} s = {(overhead - floor) / fp32_training:.1%}"
+    )
+    print(
         f"prepare + compare, shared by the {len(rows) // args.repeats} arms: {shared:.2f} s "
         f"per arm = {shared / fp32_training:.1%} of that training time"
     )
@@ -144,6 +169,9 @@ def main() -> None:
             "cpu": cpu_name(),
             "cpu_capability": cpu_capability(),
             "subset": args.subset,
+            "models": args.models,
+            "batch_sizes": args.batch_sizes,
+            "torch_process_s": floor,
             "epochs": args.epochs,
             "tasks": rows,
             "median_overhead_s": overhead,
