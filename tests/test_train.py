@@ -285,6 +285,13 @@ def test_invalid_settings_are_named(synthetic_dataset: Path) -> None:
         TrainConfig(dataset_dir=synthetic_dataset, epochs=0).validate()
     with pytest.raises(AmpbenchError, match="--compile with --warmup-steps 0"):
         TrainConfig(dataset_dir=synthetic_dataset, compile=True, warmup_steps=0).validate()
+    for setting, value in [
+        ("momentum", 0.0), ("momentum", float("nan")), ("weight_decay", -1e-4),
+        ("initial_loss_scale", 0.0),
+    ]:  # fmt: skip
+        option = "--" + setting.replace("_", "-")
+        with pytest.raises(AmpbenchError, match=f"^{option}: must be"):
+            TrainConfig(dataset_dir=synthetic_dataset, **{setting: value}).validate()
     fp32 = {"precision": "fp32", "device": "cpu"}
     with pytest.raises(AmpbenchError, match="--batch-size 5000"):
         Trainer(TrainConfig(dataset_dir=synthetic_dataset, batch_size=5000, **fp32))

@@ -41,8 +41,8 @@ def compare(
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
 
-    setup_logging()
     with reported_as_step("compare"):
+        setup_logging()  # a malformed $RANK is one line too
         outcome = run_comparison(
             [Path(artifact.path) for artifact in results],
             CompareOutputs(

@@ -46,8 +46,8 @@ def prepare(
     from ampbench.logs import setup_logging
     from ampbench.matrix import check_matrix
 
-    setup_logging()
     with reported_as_step("prepare"):
+        setup_logging()  # a malformed $RANK is one line too
         if tracking:
             check_tracking_server()
         checked = []

@@ -99,8 +99,8 @@ def train(
     from ampbench.logs import log, setup_logging
     from ampbench.matrix import run_name
 
-    setup_logging()
     with reported_as_step(f"train-{precision}"):
+        setup_logging()  # a malformed $RANK is one line too
         if tracking:
             check_tracking_server()
         # With a checkpoint directory, a retried task (preempted node) resumes from its

@@ -73,6 +73,15 @@ class TrainConfig:
                 raise AmpbenchError(f"{option}: must be at least 1, not {value}")
         if not self.lr > 0:
             raise AmpbenchError(f"--lr: must be positive, not {self.lr}")
+        # SGD takes Nesterov momentum only above 0; NaN fails every comparison here.
+        if not 0 < self.momentum < 1:
+            raise AmpbenchError(f"--momentum: must be in (0, 1), not {self.momentum}")
+        if not self.weight_decay >= 0:
+            raise AmpbenchError(f"--weight-decay: must be 0 or positive, not {self.weight_decay}")
+        if not self.initial_loss_scale > 0:
+            raise AmpbenchError(
+                f"--initial-loss-scale: must be positive, not {self.initial_loss_scale}"
+            )
         if not 0 <= self.target_accuracy <= 1:
             raise AmpbenchError(
                 f"--target-accuracy: must be in [0, 1] (0: off), not {self.target_accuracy}"
