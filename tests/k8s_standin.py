@@ -46,6 +46,7 @@ class StandIn:
         self.created: list[dict[str, Any]] = []
         self.live: set[str] = set()  # TrainJobs created and not deleted
         self.unavailable = 0  # how many reads of a TrainJob answer 503 first
+        self.unavailable_creates = 0  # how many creations answer 503 first
         self.refused: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.nodes: dict[str, list[subprocess.Popen[bytes]]] = {}
@@ -148,8 +149,12 @@ class StandIn:
                         f'admission webhook "{WEBHOOK}" denied the request: '
                         f'ClusterTrainingRuntime.trainer.kubeflow.org "{runtime}" not found',
                     )
+                if standin.mode == "unavailable" or standin.unavailable_creates:
+                    standin.unavailable_creates = max(0, standin.unavailable_creates - 1)
+                    return self.failure(503, "the server is currently unable to handle the request")
                 name = body["metadata"]["name"]
-                if name in standin.live:
+                # "conflict": someone else makes the TrainJob again each time it is deleted.
+                if name in standin.live or standin.mode == "conflict":
                     return self.failure(
                         409, f'trainjobs.trainer.kubeflow.org "{name}" already exists'
                     )

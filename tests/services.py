@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+import tenacity
 
 CEPH_BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "ceph", "monmaptool")
 INSTALL_HINT = "run scripts/install-test-services.sh (Debian: radosgw ceph-mon ceph-osd)"
@@ -430,19 +431,20 @@ rgw enable usage log = false
         # may send them before it has the monmap, with fsid 0 ("handle_command on fsid 0000...
         # != ..." in the monitor's log, EPERM "problem getting command descriptions" here).
         # Every command used here is idempotent, so it is sent again.
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return self._run(
-                    "ceph",
-                    ["-c", str(self.conf), "--connect-timeout", "10", *args],
-                    timeout=timeout,
-                )
-            except ServiceError as error:
-                if "problem getting command descriptions" not in str(error) or attempt == 5:
-                    raise
-            time.sleep(1)
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda error: "problem getting command descriptions" in str(error)
+            ),
+            stop=tenacity.stop_after_attempt(5),
+            wait=tenacity.wait_fixed(1),
+            reraise=True,
+        )
+        return retrying(
+            self._run,
+            "ceph",
+            ["-c", str(self.conf), "--connect-timeout", "10", *args],
+            timeout=timeout,
+        )
 
     def _ceph_ok(self, *args: str) -> bool:
         try:

@@ -429,15 +429,19 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     two processes of one node train."""
     with StandIn(tmp_path) as api, caplog.at_level(logging.INFO, logger="ampbench"):
         # An earlier attempt's TrainJob of the same name is still there: replaced. The API
-        # server answers the first read (is the old one gone?) with 503: read again.
+        # server answers the first creation and the first read (is the old one gone?) with
+        # 503: each is tried again.
         api.live.add("ampbench-test")
+        api.unavailable_creates = 1
         api.unavailable = 1
         results = train_through(api, nodes_config, tmp_path)
         (created,) = api.created
         assert api.deleted == ["ampbench-test", "ampbench-test"]  # the old one, then ours
     messages = [record.getMessage() for record in caplog.records]
     assert "TrainJob ampbench-test exists (an earlier attempt): replacing it" in messages
-    assert any("the server is currently unable" in m and "trying again" in m for m in messages)
+    unavailable = "the server is currently unable to handle the request; trying again"
+    assert f"TrainJob ampbench-test: cannot be created: {unavailable}" in messages
+    assert f"TrainJob ampbench-test: cannot be read: {unavailable}" in messages
     assert created["spec"]["activeDeadlineSeconds"] == 6 * 3600
     check_against_crd(created)
     assert created["spec"]["trainer"]["command"][:4] == [
@@ -488,15 +492,28 @@ def test_a_failed_trainjob_is_one_line_and_is_deleted(
             'kubeflow.org" denied the request: ClusterTrainingRuntime.trainer.kubeflow.org '
             '"torch-distributed" not found',
         ),
+        (
+            "unavailable",
+            "TrainJob ampbench-test: cannot be created: failed 5 times: the server is "
+            "currently unable to handle the request",
+        ),
+        (
+            "conflict",
+            "TrainJob ampbench-test: made again by someone else while the earlier attempt's "
+            "was replaced (is another attempt of this task running?): "
+            'trainjobs.trainer.kubeflow.org "ampbench-test" already exists',
+        ),
     ],
 )
-def test_no_trainer_or_no_runtime_is_one_line(
+def test_a_trainjob_that_cannot_be_created_is_one_line(
     nodes_config: TrainConfig, tmp_path: Path, mode: str, expected: str
 ) -> None:
     with StandIn(tmp_path, mode) as api, pytest.raises(AmpbenchError) as raised:
         train_through(api, nodes_config, tmp_path)
     assert str(raised.value) == expected
     assert not api.created
+    # Only a TrainJob found in the way is deleted, and only once.
+    assert api.deleted == (["ampbench-test"] if mode == "conflict" else [])
 
 
 def test_several_nodes_need_a_shared_location(nodes_config: TrainConfig, tmp_path: Path) -> None:

@@ -208,30 +208,24 @@ class TrainJobRun:
         from kubernetes.client.exceptions import ApiException
 
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        what = f"TrainJob {name}: cannot be created"
+        create = self.custom.create_namespaced_custom_object
         try:
-            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-        except ApiException as error:
-            if error.status == 404:
-                raise AmpbenchError(
-                    f"num_nodes {body['spec']['trainer']['numNodes']}: this cluster has no "
-                    f"TrainJob API ({API_VERSION}); install Kubeflow Trainer {TRAINER_VERSION} "
-                    "or train on one node"
-                ) from None
-            if error.status == 409:
+            try:
+                self._retrying(what, create, GROUP, VERSION, namespace, PLURAL, body)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
                 # The TrainJob of an earlier attempt of this task, killed before it could
-                # delete it: replaced; the new one resumes from the run's checkpoints.
+                # delete it: replaced once; the new one resumes from the run's checkpoints.
                 log.warning("TrainJob %s exists (an earlier attempt): replacing it", name)
                 self.delete(namespace, name)
                 self._await_gone(namespace, name)
-                self.create(body)
-                return
-            if error.status == 403:
-                raise AmpbenchError(
-                    f"TrainJob {name}: the pipeline's service account may not create TrainJobs "
-                    f"in namespace {namespace} (apply manifests/ for its Role): {_reason(error)}"
-                ) from None
-            # The webhook refuses a TrainJob whose runtime does not exist, among others.
-            raise AmpbenchError(f"TrainJob {name}: refused: {_reason(error)}") from None
+                self._retrying(what, create, GROUP, VERSION, namespace, PLURAL, body)
+        except Exception as error:  # sorted here: none is let through raw
+            if isinstance(error, ApiException) and not _transient(error):
+                raise self._refusal(body, error) from None
+            raise self._failure(what, error) from None
         log.info(
             "TrainJob %s/%s created (%s nodes)",
             namespace,
@@ -239,23 +233,58 @@ class TrainJobRun:
             body["spec"]["trainer"]["numNodes"],
         )
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    @staticmethod
+    def _refusal(body: dict[str, Any], error: Any) -> AmpbenchError:
+        """The one line for an API error that creating the TrainJob ended with."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if error.status == 404:
+            return AmpbenchError(
+                f"num_nodes {body['spec']['trainer']['numNodes']}: this cluster has no "
+                f"TrainJob API ({API_VERSION}); install Kubeflow Trainer {TRAINER_VERSION} "
+                "or train on one node"
+            )
+        if error.status == 409:
+            return AmpbenchError(
+                f"TrainJob {name}: made again by someone else while the earlier attempt's was "
+                f"replaced (is another attempt of this task running?): {_reason(error)}"
+            )
+        if error.status == 403:
+            return AmpbenchError(
+                f"TrainJob {name}: the pipeline's service account may not create TrainJobs "
+                f"in namespace {namespace} (apply manifests/ for its Role): {_reason(error)}"
+            )
+        # The webhook refuses a TrainJob whose runtime does not exist, among others.
+        return AmpbenchError(f"TrainJob {name}: refused: {_reason(error)}")
+
+    @staticmethod
+    def _failure(what: str, error: BaseException) -> AmpbenchError:
+        if _transient(error):
+            return AmpbenchError(f"{what}: failed {TRANSIENT_TRIES} times: {_reason(error)}")
+        return AmpbenchError(f"{what}: {_reason(error)}")
+
+    def _retrying(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """fn(*args, **kwargs), tried again on transient errors (a busy or restarting API
-        server must not end a training that runs fine); anything else is one line."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return fn(*args, **kwargs)
-            except Exception as error:  # sorted here: none is let through raw
-                if not _transient(error):
-                    raise AmpbenchError(f"{what}: {_reason(error)}") from None
-                if attempt == TRANSIENT_TRIES:
-                    raise AmpbenchError(
-                        f"{what}: failed {attempt} times: {_reason(error)}"
-                    ) from None
-                log.warning("%s: %s; trying again", what, _reason(error))
-            self.sleep(self.poll_s)
+        server must not end a training that runs fine); the last error is raised as it is."""
+        import tenacity
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(_transient),
+            stop=tenacity.stop_after_attempt(TRANSIENT_TRIES),
+            wait=tenacity.wait_fixed(self.poll_s),
+            sleep=self.sleep,
+            before_sleep=lambda state: log.warning(
+                "%s: %s; trying again", what, _reason(state.outcome.exception())
+            ),
+            reraise=True,
+        )
+        return retrying(fn, *args, **kwargs)
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs) through _retrying; any error it ends with is one line."""
+        try:
+            return self._retrying(what, fn, *args, **kwargs)
+        except Exception as error:  # sorted here: none is let through raw
+            raise self._failure(what, error) from None
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
         return self._call(
