@@ -126,6 +126,8 @@ def build_pipeline(
             train_image_size=image_size,
             epochs=epochs,
             lr=lr,
+            gpu_count=gpu_count,
+            num_nodes=num_nodes,
             tracking=tracking,
         ).set_display_name("prepare")
         prepared.set_caching_options(False)

@@ -44,6 +44,40 @@ def test_prepare_component_fails_cleanly_on_bad_input(
     assert "Traceback" not in step_log
 
 
+@pytest.mark.parametrize(
+    ("gpu_count", "num_nodes", "error"),
+    [
+        (2, 1, ""),  # 2 processes x 25 = the 50 training images
+        (0, 2, ""),  # CPU nodes: one process each
+        (
+            2,
+            2,
+            "ERROR: prepare: --batch-size 25 x 4 processes (a global batch of 100): larger "
+            "than the 50 training images",
+        ),
+    ],
+)
+def test_prepare_checks_each_arms_global_batch(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    gpu_count: int,
+    num_nodes: int,
+    error: str,
+) -> None:
+    """A training task runs gpu_count x num_nodes processes of the arm's batch each: a global
+    batch the data cannot fill is the prepare step's one line, before any task trains."""
+    dataset = dsl.Dataset(name="dataset", uri=str(tmp_path / "dataset"), metadata={})
+    runs = matrix_runs(["small-cnn"], [25], ["amp"], [0])
+    settings = {"data": "synthetic", "subset": 50, "runs": runs, "epochs": 1, "lr": 0.1}
+    if not error:
+        prepare.python_func(dataset=dataset, gpu_count=gpu_count, num_nodes=num_nodes, **settings)
+        assert dataset.metadata["counts"]["train"] == 50
+        return
+    with pytest.raises(SystemExit):
+        prepare.python_func(dataset=dataset, gpu_count=gpu_count, num_nodes=num_nodes, **settings)
+    assert capsys.readouterr().err.strip().splitlines()[-1] == error
+
+
 def test_train_component(local_runner: Path) -> None:
     @dsl.pipeline
     def one_arm() -> dsl.Metrics:

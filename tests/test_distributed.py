@@ -473,8 +473,8 @@ def test_a_failed_trainjob_is_one_line_and_is_deleted(
     )
     assert api.deleted == ["ampbench-test"]
     assert (
-        "--batch-size 800: larger than the 400 training images"
-        in (tmp_path / "ampbench-test-node-0.log").read_text()
+        "--batch-size 400 x 2 processes (a global batch of 800): larger than the 400 training "
+        "images" in (tmp_path / "ampbench-test-node-0.log").read_text()
     )
 
 

@@ -304,6 +304,10 @@ def test_invalid_settings_are_named(synthetic_dataset: Path) -> None:
     [
         ({"batch_size": 41}, "--batch-size 41: larger than the 40 training images"),
         ({"batch_size": 11, "subset": 10}, "--batch-size 11: larger than the 10 training"),
+        (
+            {"batch_size": 14, "processes": 3},
+            r"--batch-size 14 x 3 processes \(a global batch of 42\): larger than the 40 ",
+        ),
         ({"model": "small-cnn"}, "--model small-cnn: cannot take 3x6x6 images"),
         ({"model": "vgg"}, "--model: 'vgg' is not one of"),
     ],
@@ -319,3 +323,4 @@ def test_settings_the_prepared_data_rules_out(settings: dict, pattern: str) -> N
     with pytest.raises(AmpbenchError, match=pattern):
         check_against_dataset(metadata, **settings)
     check_against_dataset(metadata, batch_size=40, model="resnet18")  # what fits passes
+    check_against_dataset(metadata, batch_size=10, processes=4)

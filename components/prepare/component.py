@@ -24,15 +24,19 @@ def prepare(
     train_image_size: int = 0,
     epochs: int = 0,
     lr: float = 0.0,
+    gpu_count: int = 1,
+    num_nodes: int = 1,
     tracking: bool = False,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
     limits (components/prepare/limits.py).
-    runs, baseline_precision, train_image_size, epochs, lr: the pipeline's experiment matrix
-    and training settings, checked here, once, and against the prepared data, rather than in
-    the training tasks, which are retried on failure (no runs: not checked).
+    runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes: the
+    pipeline's experiment matrix and training settings, checked here, once, and against the
+    prepared data, rather than in the training tasks, which are retried on failure (no runs:
+    not checked). A training task runs gpu_count x num_nodes processes (at least 1 each),
+    each with the arm's batch size.
     tracking: the pipeline's tracking setting; in a pod, this first step fails at once when it
     is on and no tracking server is configured.
     """
@@ -78,7 +82,11 @@ def prepare(
         )
         for model_name, batch_size in arms:
             check_against_dataset(
-                metadata, batch_size=batch_size, model=model_name, image_size=train_image_size
+                metadata,
+                batch_size=batch_size,
+                model=model_name,
+                image_size=train_image_size,
+                processes=max(1, gpu_count) * max(1, num_nodes),
             )
     dataset.metadata.update(
         {

@@ -179,22 +179,26 @@ def check_against_dataset(
     model: str = "",
     subset: int = 0,
     image_size: int = 0,
+    processes: int = 1,
 ) -> None:
     """Refuse settings that a prepared data set rules out: checked by the prepare step, before
     any training task starts (those are retried on failure, and a user's mistake must reach
     the user once, in seconds), and again by the train step for data prepared elsewhere.
-    A setting left at 0 or "" is not checked. The model is built and run on its images (as
-    --image-size resizes them) on the meta device: models.check_model."""
+    A setting left at 0 or "" is not checked. batch_size is each of the arm's `processes`'
+    (torchrun, a TrainJob's nodes): one step takes batch_size x processes images. The model is
+    built and run on its images (as --image-size resizes them) on the meta device:
+    models.check_model."""
     if model:
         check_model_name(model)
     counts = metadata["counts"]
     if "test" not in counts:
         raise AmpbenchError("the prepared dataset has no test split to measure on")
     train_images = min(counts["train"], subset) if subset else counts["train"]
-    if batch_size > train_images:
-        raise AmpbenchError(
-            f"--batch-size {batch_size}: larger than the {train_images:,} training images"
-        )
+    if batch_size * processes > train_images:
+        batch = f"--batch-size {batch_size}"
+        if processes > 1:
+            batch += f" x {processes} processes (a global batch of {batch_size * processes:,})"
+        raise AmpbenchError(f"{batch}: larger than the {train_images:,} training images")
     if model:
         from ampbench.components.train.models import check_model
 

@@ -407,10 +407,11 @@ class Trainer:
         try:
             check_against_dataset(
                 self.metadata,
-                batch_size=config.batch_size * self.world.size,
+                batch_size=config.batch_size,
                 model=config.model,
                 subset=config.subset,
                 image_size=config.image_size,
+                processes=self.world.size,
             )
         except AmpbenchError as error:
             raise AmpbenchError(f"{config.dataset_dir}: {error}") from None
