@@ -119,7 +119,14 @@ def check_runs(runs: object, baseline: str) -> list[MatrixRun]:
 
 
 def check_matrix(
-    runs: object, baseline: str, *, epochs: int, lr: float, subset: int, image_size: int
+    runs: object,
+    baseline: str,
+    *,
+    epochs: int,
+    lr: float,
+    subset: int,
+    image_size: int,
+    grad_comm: str = TrainConfig.grad_comm,
 ) -> list[MatrixRun]:
     """check_runs, and the training settings of every (model, batch size) group: what `ampbench
     run`, `ampbench submit` and the prepare step check before any training task starts (those
@@ -133,5 +140,6 @@ def check_matrix(
             model=model,
             subset=subset,
             image_size=image_size,
+            grad_comm=grad_comm,
         )
     return parsed

@@ -105,6 +105,8 @@ def build_pipeline(
         # node gpu_count GPUs; needs checkpoint_dir, or the ConfigMap's, on S3).
         gpu_count: int = 1,
         num_nodes: int = 1,
+        # With several processes: the precision DDP all-reduces gradients in (fp32, bf16, fp16).
+        grad_comm: str = TrainConfig.grad_comm,
         trainer_runtime: str = DEFAULT_RUNTIME,
         gpu_node_selector: dict = {},  # noqa: B006 - e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         train_cpu: str = "4",
@@ -128,6 +130,7 @@ def build_pipeline(
             lr=lr,
             gpu_count=gpu_count,
             num_nodes=num_nodes,
+            grad_comm=grad_comm,
             tracking=tracking,
         ).set_display_name("prepare")
         prepared.set_caching_options(False)
@@ -146,6 +149,7 @@ def build_pipeline(
                 image_size=image_size,
                 target_accuracy=target_accuracy,
                 allow_emulated=allow_emulated,
+                grad_comm=grad_comm,
                 experiment=experiment,
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 tracking=tracking,

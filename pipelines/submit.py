@@ -689,6 +689,7 @@ def _submit(args: argparse.Namespace) -> int:
         lr=settings["lr"],
         subset=settings["subset"],
         image_size=settings["image_size"],
+        grad_comm=settings["grad_comm"],
     )
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"

@@ -196,8 +196,19 @@ def test_prepare_requests_cpu_and_memory_and_checks_the_settings(
         ("baseline_precision", "baseline_precision"),
         ("train_image_size", "image_size"),
         ("epochs", "epochs"),
+        ("gpu_count", "gpu_count"),
+        ("num_nodes", "num_nodes"),
+        ("grad_comm", "grad_comm"),
     ):
         assert inputs[name] == {"componentInputParameter": parameter}
+
+
+def test_the_gradient_all_reduce_precision_reaches_every_training_task(
+    compiled: list[dict[str, Any]],
+) -> None:
+    spec = compiled[0]
+    train = all_tasks(spec)["train"]["inputs"]["parameters"]["grad_comm"]
+    assert train == {"componentInputParameter": "pipelinechannel--grad_comm"}
 
 
 def test_sequential_schedule_trains_one_run_after_the_other(tmp_path: Path) -> None:
@@ -217,7 +228,7 @@ def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str,
     spec = compiled[0]
     pipeline = spec["root"]["inputDefinitions"]["parameters"]
     for name, field in (("epochs", "epochs"), ("lr", "lr"), ("subset", "subset"),
-                        ("image_size", "image_size")):  # fmt: skip
+                        ("image_size", "image_size"), ("grad_comm", "grad_comm")):  # fmt: skip
         assert pipeline[name]["defaultValue"] == getattr(TrainConfig, field), name
     train_task = all_tasks(spec)["train"]
     component = spec["components"][train_task["componentRef"]["name"]]

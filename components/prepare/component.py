@@ -3,9 +3,12 @@
 from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
+from ampbench.components.defaults import with_defaults
+from ampbench.components.train.config import TrainConfig
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
+@with_defaults({"grad_comm": TrainConfig.grad_comm})
 def prepare(
     data: str,
     dataset: dsl.Output[dsl.Dataset],
@@ -26,14 +29,15 @@ def prepare(
     lr: float = 0.0,
     gpu_count: int = 1,
     num_nodes: int = 1,
+    grad_comm: str = "",  # its default is TrainConfig's, through with_defaults
     tracking: bool = False,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
     limits (components/prepare/limits.py).
-    runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes: the
-    pipeline's experiment matrix and training settings, checked here, once, and against the
+    runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes, grad_comm:
+    the pipeline's experiment matrix and training settings, checked here, once, and against the
     prepared data, rather than in the training tasks, which are retried on failure (no runs:
     not checked). A training task runs gpu_count x num_nodes processes (at least 1 each),
     each with the arm's batch size.
@@ -63,6 +67,7 @@ def prepare(
                 lr=lr,
                 subset=subset,
                 image_size=train_image_size,
+                grad_comm=grad_comm,
             )
         arms = sorted({(run.model, run.batch_size) for run in checked})
         metadata = prepare_dataset(

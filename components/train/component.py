@@ -22,6 +22,7 @@ DEFAULTS = {
     "subset": TrainConfig.subset,
     "checkpoint_every": TrainConfig.checkpoint_every,
     "allow_emulated": TrainConfig.allow_emulated,
+    "grad_comm": TrainConfig.grad_comm,
     "experiment": DEFAULT_EXPERIMENT,
 }
 
@@ -47,6 +48,7 @@ def train(
     subset: int,
     checkpoint_every: int,
     allow_emulated: bool,
+    grad_comm: str,
     experiment: str,
     checkpoint_dir: str = "",
     pipeline_run_id: str = "",
@@ -133,6 +135,7 @@ def train(
             checkpoint_every=checkpoint_every if checkpoint_dir else 0,
             resume=bool(checkpoint_dir),
             allow_emulated=allow_emulated,
+            grad_comm=grad_comm,
         )
         outputs = (Path(results.path), Path(model.path))
         tracked = (

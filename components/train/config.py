@@ -155,14 +155,27 @@ def model_input_shape(image_shape: Sequence[int], image_size: int = 0) -> tuple[
 
 
 def check_pipeline_settings(
-    *, epochs: int, batch_size: int, lr: float, model: str, subset: int = 0, image_size: int = 0
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    model: str,
+    subset: int = 0,
+    image_size: int = 0,
+    grad_comm: str = TrainConfig.grad_comm,
 ) -> None:
     """The training settings of a pipeline run, checked before it starts (by `ampbench run`,
     `ampbench submit` and the prepare step), with TrainConfig's own rules: a training task
     that found them wrong would be retried, and the user would hear of the mistake late.
     Whether the model fits the data is for check_against_dataset, once the data is known."""
     TrainConfig(
-        Path(), epochs=epochs, batch_size=batch_size, lr=lr, model=model, image_size=image_size
+        Path(),
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        model=model,
+        image_size=image_size,
+        grad_comm=grad_comm,
     ).validate()
     check_model_name(model)
     if subset and batch_size > subset:
