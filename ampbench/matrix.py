@@ -127,6 +127,7 @@ def check_matrix(
     subset: int,
     image_size: int,
     grad_comm: str = TrainConfig.grad_comm,
+    processes: int = 1,
 ) -> list[MatrixRun]:
     """check_runs, and the training settings of every (model, batch size) group: what `ampbench
     run`, `ampbench submit` and the prepare step check before any training task starts (those
@@ -141,5 +142,6 @@ def check_matrix(
             subset=subset,
             image_size=image_size,
             grad_comm=grad_comm,
+            processes=processes,
         )
     return parsed

@@ -653,6 +653,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from ampbench.components.train.config import processes_per_arm
     from ampbench.matrix import check_matrix, matrix_runs
     from ampbench.pipelines.compile import compile_pipeline
 
@@ -690,6 +691,7 @@ def _submit(args: argparse.Namespace) -> int:
         subset=settings["subset"],
         image_size=settings["image_size"],
         grad_comm=settings["grad_comm"],
+        processes=processes_per_arm(int(settings["gpu_count"]), int(settings["num_nodes"])),
     )
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"

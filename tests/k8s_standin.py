@@ -8,7 +8,11 @@ PET_MASTER_PORT): torchrun then rendezvouses the nodes over localhost, as over a
 network. The TrainJob is Complete when every node exits 0, Failed when one does not.
 
 mode "no-crd" answers a create as an API server without the CRD does (404); "refuse" as
-Trainer's webhook refuses a TrainJob whose runtime does not exist (422).
+Trainer's webhook refuses a TrainJob whose runtime does not exist (422); "unavailable" answers
+every create with 503; "conflict" answers every create with 409, as if someone else made the
+TrainJob again each time it is deleted. `unavailable`, `unavailable_creates` and
+`lost_replies` make the next reads or creates fail transiently (a lost reply: the TrainJob
+is created, the answer is a 504).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class StandIn:
         self.live: set[str] = set()  # TrainJobs created and not deleted
         self.unavailable = 0  # how many reads of a TrainJob answer 503 first
         self.unavailable_creates = 0  # how many creations answer 503 first
+        self.lost_replies = 0  # how many creations that go through answer 504
         self.refused: list[dict[str, Any]] = []
         self.deleted: list[str] = []
         self.nodes: dict[str, list[subprocess.Popen[bytes]]] = {}
@@ -161,6 +166,9 @@ class StandIn:
                 standin.created.append(body)
                 standin.live.add(name)
                 standin.start_nodes(body)
+                if standin.lost_replies:
+                    standin.lost_replies -= 1
+                    return self.failure(504, "the request timed out")
                 self.reply(201, body)
 
             def do_GET(self) -> None:

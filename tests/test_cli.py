@@ -381,6 +381,10 @@ def test_training_settings_are_checked_before_anything_runs(
         (["--num-nodes", "0"], "--num-nodes: must be at least 1, not 0"),
         (["--gpu-count", "-1"], "--gpu-count: must be at least 0, not -1"),
         (["--grad-comm", "int8"], "--grad-comm: 'int8' is not one of fp32, bf16, fp16"),
+        (
+            ["--subset", "100", "--batch-size", "30", "--gpu-count", "2", "--num-nodes", "2"],
+            "--batch-size 30 x 4 processes (a global batch of 120): larger than the at most 100",
+        ),
     ],
 )
 def test_submit_refuses_impossible_scales(

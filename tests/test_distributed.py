@@ -259,7 +259,8 @@ def test_a_failed_training_process_is_one_line(
         str(raised.value),
     )
     # Each process's own one-line reason: 2 x 600 images a step, from 1,000.
-    assert "--batch-size 1200: larger than the 1,000 training images" in capfd.readouterr().err
+    expected = "--batch-size 600 x 2 processes (a global batch of 1,200): larger than the 1,000"
+    assert expected in capfd.readouterr().err
 
 
 def test_the_command_line_for_other_processes_says_what_the_config_says() -> None:
@@ -430,10 +431,12 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     with StandIn(tmp_path) as api, caplog.at_level(logging.INFO, logger="ampbench"):
         # An earlier attempt's TrainJob of the same name is still there: replaced. The API
         # server answers the first creation and the first read (is the old one gone?) with
-        # 503: each is tried again.
+        # 503: each is tried again. The reply to the creation after that is lost (504): sent
+        # again, it finds its own TrainJob (409, with its creation mark), which is no conflict.
         api.live.add("ampbench-test")
         api.unavailable_creates = 1
         api.unavailable = 1
+        api.lost_replies = 1
         results = train_through(api, nodes_config, tmp_path)
         (created,) = api.created
         assert api.deleted == ["ampbench-test", "ampbench-test"]  # the old one, then ours
@@ -442,6 +445,10 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
     unavailable = "the server is currently unable to handle the request; trying again"
     assert f"TrainJob ampbench-test: cannot be created: {unavailable}" in messages
     assert f"TrainJob ampbench-test: cannot be read: {unavailable}" in messages
+    assert "TrainJob ampbench-test: cannot be created: the request timed out; trying again" in (
+        messages
+    )
+    assert messages.count("TrainJob ampbench-test exists (an earlier attempt): replacing it") == 1
     assert created["spec"]["activeDeadlineSeconds"] == 6 * 3600
     check_against_crd(created)
     assert created["spec"]["trainer"]["command"][:4] == [

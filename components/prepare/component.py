@@ -12,6 +12,7 @@ from ampbench.components.train.config import TrainConfig
 def prepare(
     data: str,
     dataset: dsl.Output[dsl.Dataset],
+    grad_comm: str,
     subset: int = 0,
     seed: int = 0,
     val_fraction: float = 0.0,
@@ -29,7 +30,6 @@ def prepare(
     lr: float = 0.0,
     gpu_count: int = 1,
     num_nodes: int = 1,
-    grad_comm: str = "",  # its default is TrainConfig's, through with_defaults
     tracking: bool = False,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
@@ -49,7 +49,7 @@ def prepare(
     from ampbench.cluster import check_tracking_server
     from ampbench.components.prepare import SourceOptions, prepare_dataset
     from ampbench.components.prepare.limits import Limits
-    from ampbench.components.train.config import check_against_dataset
+    from ampbench.components.train.config import check_against_dataset, processes_per_arm
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
     from ampbench.matrix import check_matrix
@@ -58,6 +58,7 @@ def prepare(
         setup_logging()  # a malformed $RANK is one line too
         if tracking:
             check_tracking_server()
+        processes = processes_per_arm(gpu_count, num_nodes)
         checked = []
         if runs:
             checked = check_matrix(
@@ -68,6 +69,7 @@ def prepare(
                 subset=subset,
                 image_size=train_image_size,
                 grad_comm=grad_comm,
+                processes=processes,
             )
         arms = sorted({(run.model, run.batch_size) for run in checked})
         metadata = prepare_dataset(
@@ -91,7 +93,7 @@ def prepare(
                 batch_size=batch_size,
                 model=model_name,
                 image_size=train_image_size,
-                processes=max(1, gpu_count) * max(1, num_nodes),
+                processes=processes,
             )
     dataset.metadata.update(
         {

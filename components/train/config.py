@@ -154,6 +154,21 @@ def model_input_shape(image_shape: Sequence[int], image_size: int = 0) -> tuple[
     return channels, height, width
 
 
+def processes_per_arm(gpu_count: int, num_nodes: int) -> int:
+    """The training processes of one arm: one per GPU (at least one) on each node."""
+    return max(1, gpu_count) * max(1, num_nodes)
+
+
+def _batch_text(batch_size: int, processes: int) -> str:
+    """How a batch too large for the data is named: the option, and the global batch."""
+    if processes == 1:
+        return f"--batch-size {batch_size}"
+    return (
+        f"--batch-size {batch_size} x {processes} processes (a global batch of "
+        f"{batch_size * processes:,})"
+    )
+
+
 def check_pipeline_settings(
     *,
     epochs: int,
@@ -163,11 +178,13 @@ def check_pipeline_settings(
     subset: int = 0,
     image_size: int = 0,
     grad_comm: str = TrainConfig.grad_comm,
+    processes: int = 1,
 ) -> None:
     """The training settings of a pipeline run, checked before it starts (by `ampbench run`,
     `ampbench submit` and the prepare step), with TrainConfig's own rules: a training task
     that found them wrong would be retried, and the user would hear of the mistake late.
-    Whether the model fits the data is for check_against_dataset, once the data is known."""
+    batch_size is each of the arm's `processes`' (processes_per_arm). Whether the model fits
+    the data is for check_against_dataset, once the data is known."""
     TrainConfig(
         Path(),
         epochs=epochs,
@@ -178,10 +195,10 @@ def check_pipeline_settings(
         grad_comm=grad_comm,
     ).validate()
     check_model_name(model)
-    if subset and batch_size > subset:
+    if subset and batch_size * processes > subset:
         raise AmpbenchError(
-            f"--batch-size {batch_size}: larger than the at most {subset:,} training images "
-            f"that --subset {subset} keeps"
+            f"{_batch_text(batch_size, processes)}: larger than the at most {subset:,} training "
+            f"images that --subset {subset} keeps"
         )
 
 
@@ -198,9 +215,8 @@ def check_against_dataset(
     any training task starts (those are retried on failure, and a user's mistake must reach
     the user once, in seconds), and again by the train step for data prepared elsewhere.
     A setting left at 0 or "" is not checked. batch_size is each of the arm's `processes`'
-    (torchrun, a TrainJob's nodes): one step takes batch_size x processes images. The model is
-    built and run on its images (as --image-size resizes them) on the meta device:
-    models.check_model."""
+    (processes_per_arm): one step takes batch_size x processes images. The model is built and
+    run on its images (as --image-size resizes them) on the meta device: models.check_model."""
     if model:
         check_model_name(model)
     counts = metadata["counts"]
@@ -208,10 +224,10 @@ def check_against_dataset(
         raise AmpbenchError("the prepared dataset has no test split to measure on")
     train_images = min(counts["train"], subset) if subset else counts["train"]
     if batch_size * processes > train_images:
-        batch = f"--batch-size {batch_size}"
-        if processes > 1:
-            batch += f" x {processes} processes (a global batch of {batch_size * processes:,})"
-        raise AmpbenchError(f"{batch}: larger than the {train_images:,} training images")
+        raise AmpbenchError(
+            f"{_batch_text(batch_size, processes)}: larger than the {train_images:,} training "
+            "images"
+        )
     if model:
         from ampbench.components.train.models import check_model
 

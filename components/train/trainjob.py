@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,9 @@ NODE_POD_LABELS = {
     "app.kubernetes.io/component": "trainjob-node",
 }
 POLL_S = 10.0
+# Set on each TrainJob to the creating call's own random value: a TrainJob found under the
+# name that carries it is that call's own (its first request went through, the reply was lost).
+CREATION_MARK = "ampbench.io/creation"
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -205,23 +209,37 @@ class TrainJobRun:
         self.sleep = sleep
 
     def create(self, body: dict[str, Any]) -> None:
+        """Create the TrainJob. One found under its name is an earlier attempt's: replaced,
+        once. One that carries this call's creation mark is this very TrainJob, made by a
+        request whose reply was lost before it was sent again."""
         from kubernetes.client.exceptions import ApiException
 
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        mark = uuid.uuid4().hex
+        metadata = {**body["metadata"]}
+        metadata["annotations"] = {**metadata.get("annotations", {}), CREATION_MARK: mark}
+        body = {**body, "metadata": metadata}
         what = f"TrainJob {name}: cannot be created"
         create = self.custom.create_namespaced_custom_object
         try:
-            try:
-                self._retrying(what, create, GROUP, VERSION, namespace, PLURAL, body)
-            except ApiException as error:
-                if error.status != 409:
-                    raise
+            for replaced in (False, True):
+                try:
+                    self._retrying(what, create, GROUP, VERSION, namespace, PLURAL, body)
+                    break
+                except ApiException as error:
+                    if error.status != 409:
+                        raise
+                    if self._creation_mark(namespace, name) == mark:
+                        break
+                    if replaced:
+                        raise
                 # The TrainJob of an earlier attempt of this task, killed before it could
-                # delete it: replaced once; the new one resumes from the run's checkpoints.
+                # delete it; the new one resumes from the run's checkpoints.
                 log.warning("TrainJob %s exists (an earlier attempt): replacing it", name)
                 self.delete(namespace, name)
                 self._await_gone(namespace, name)
-                self._retrying(what, create, GROUP, VERSION, namespace, PLURAL, body)
+        except AmpbenchError:
+            raise
         except Exception as error:  # sorted here: none is let through raw
             if isinstance(error, ApiException) and not _transient(error):
                 raise self._refusal(body, error) from None
@@ -232,6 +250,22 @@ class TrainJobRun:
             name,
             body["spec"]["trainer"]["numNodes"],
         )
+
+    def _creation_mark(self, namespace: str, name: str) -> str | None:
+        """The CREATION_MARK of the TrainJob under this name; None where it has none or is
+        gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        read = self.custom.get_namespaced_custom_object
+        try:
+            trainjob = self._retrying(
+                f"TrainJob {name}: cannot be read", read, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return ((trainjob.get("metadata") or {}).get("annotations") or {}).get(CREATION_MARK)
 
     @staticmethod
     def _refusal(body: dict[str, Any], error: Any) -> AmpbenchError:
@@ -384,11 +418,19 @@ class TrainJobRun:
         raise AmpbenchError(f"TrainJob {name}: an earlier attempt's TrainJob does not go away")
 
     def delete(self, namespace: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
+        """Delete the TrainJob (transient errors tried again); a failure is a warning: this
+        runs on the way out, and activeDeadlineSeconds ends a TrainJob left behind."""
         try:
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as error:
+            self._retrying(
+                f"TrainJob {name}: cannot be deleted",
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+            )
+        except Exception as error:  # sorted here: none is let through raw
             log.warning("TrainJob %s: not deleted: %s", name, _reason(error))
 
     def run(self, body: dict[str, Any], timeout_s: float) -> None:
