@@ -86,6 +86,27 @@ def test_autocast_changes_no_count() -> None:
     assert plain == bf16 == 2 * (2 * B * 16 * 32) + 3 * (2 * B * 32 * 10)
 
 
+class Attention(nn.Module):
+    """Queries, keys and values given (they need gradients: the input of a later layer)."""
+
+    def forward(self, qkv: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv.unbind(1)
+        return nn.functional.scaled_dot_product_attention(q, k, v).flatten(1)
+
+
+def test_attention_on_a_cpu_counts_as_its_matmuls() -> None:
+    """scaled_dot_product_attention runs a CPU kernel of its own, which torch's counter does not
+    know: counted by torch's formulas all the same. By hand: forward, scores Q K^T and
+    output P V, 2 B H L^2 D FLOPs each; backward, as flash attention does it, the scores
+    again, then the gradients of P, V, Q and K, five such products."""
+    heads, length, dim = 2, 16, 8
+    qkv = torch.randn(B, 3, heads, length, dim, requires_grad=True)
+    model = nn.Sequential(Attention(), nn.Linear(heads * length * dim, 10, bias=False))
+    linear = 3 * (2 * B * heads * length * dim * 10)  # forward, input and weight gradients
+    product = 2 * B * heads * length * length * dim
+    assert step_flops(model, qkv, 10) == 2 * product + 5 * product + linear
+
+
 @pytest.mark.parametrize(
     ("device_name", "precision", "peak"),
     [

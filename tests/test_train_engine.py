@@ -432,6 +432,17 @@ def test_achieved_flops_are_the_counted_step_flops_over_the_training_time(
     assert results.time_to_target is None  # no --target-accuracy
 
 
+def test_the_step_flops_counted_in_the_warm_up_are_those_of_a_step_of_their_own(
+    synthetic_dataset: Path,
+) -> None:
+    """Counted in the first warm-up step (the eager model of one process trains it), or, with
+    no warm-up, in a step of their own (train_step_flops): one figure either way."""
+    in_warm_up, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=2))
+    apart, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=0))
+    assert in_warm_up.compute is not None and apart.compute is not None
+    assert in_warm_up.compute.flops_per_step == apart.compute.flops_per_step > 0
+
+
 def test_deterministic_algorithms_follow_each_run_in_one_process() -> None:
     # seed_everything skips torch's setter when nothing changes (it imports torch._inductor):
     # a run after a deterministic one must still turn them off.

@@ -39,7 +39,7 @@ from ampbench import __version__
 from ampbench.components.train import checkpoint, distributed
 from ampbench.components.train.config import TrainConfig, check_against_dataset
 from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
-from ampbench.components.train.flops import peak_tflops, train_step_flops
+from ampbench.components.train.flops import flop_counter_mode, peak_tflops, train_step_flops
 from ampbench.components.train.fp8 import convert_for_fp8
 from ampbench.components.train.models import build_model, parameter_count
 from ampbench.components.train.precision import (
@@ -580,10 +580,13 @@ class Trainer:
         images, labels = self.train_data.train_batch(
             rows, step_generator(self.device, self.config.seed, 0, 0)
         )
-        # One rank's share of the step, times the ranks: the global step's FLOPs.
-        self.flops_per_step = self.world.size * train_step_flops(
-            self.model, images, labels, self.criterion, self.precision.autocast()
+        self.record_flops(
+            train_step_flops(self.model, images, labels, self.criterion, self.precision.autocast())
         )
+
+    def record_flops(self, rank_flops: int) -> None:
+        # One rank's share of the step, times the ranks: the global step's FLOPs.
+        self.flops_per_step = self.world.size * int(rank_flops)
         log.info("FLOPs per training step: %.4g (forward and backward)", self.flops_per_step)
 
     def compute_record(self, steps: int) -> Compute | None:
@@ -603,7 +606,11 @@ class Trainer:
         if self.state.epoch >= self.config.epochs:  # nothing left to time
             return
         saved = _host_copy(self.training_state())
-        self.count_flops()
+        # FLOPs are counted on the eager model of one process: in the first warm-up step
+        # where that is what trains (one step less per arm), else in a step of their own.
+        counted_in_warm_up = steps > 0 and model is self.model
+        if not counted_in_warm_up:
+            self.count_flops()
         if steps == 0:
             self.load_training_state(saved)
             return
@@ -613,7 +620,13 @@ class Trainer:
         with Progress(steps, f"warm-up {self.precision.name}", unit="step") as progress:
             for warm_step in range(steps):
                 step = warm_step % self.steps_per_epoch
-                self.train_step(model, self.step_rows(order, step), epoch, step)
+                rows = self.step_rows(order, step)
+                if warm_step == 0 and counted_in_warm_up:
+                    with flop_counter_mode() as counter:
+                        self.train_step(model, rows, epoch, step)
+                    self.record_flops(counter.get_total_flops())
+                else:
+                    self.train_step(model, rows, epoch, step)
                 progress.update()
                 if warm_step == 0 and self.config.compile:
                     _sync(self.device)

@@ -4,7 +4,9 @@ achieved TFLOP/s and MFU (model FLOP/s utilisation).
 FLOPs are counted, never worked out by hand: one real training step (forward and backward) runs
 once under torch.utils.flop_counter.FlopCounterMode, which knows the FLOPs of the matrix
 multiplications (mm, addmm, bmm, baddbmm, _scaled_mm: FP8), the convolutions and the attention
-kernels, forward and backward. Elementwise work (activations, normalisation, the loss, the bias
+kernels, forward and backward; the attention kernel scaled_dot_product_attention runs on a CPU
+is given torch's own attention formulas, which torch files under its CUDA kernels only
+(flop_counter_mode). Elementwise work (activations, normalisation, the loss, the bias
 add, the optimizer) is not counted: it is a small share of a classifier's FLOPs and the tensor
 cores whose peak MFU divides by do none of it. A multiply-add counts as 2 FLOPs, as in the peak
 figures below.
@@ -23,10 +25,57 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 
 # -- FLOPs of one training step -----------------------------------------------------------------
+def _attention_flops(
+    query_shape: torch.Size,
+    key_shape: torch.Size,
+    value_shape: torch.Size,
+    *_: object,
+    **__: object,
+) -> int:
+    return int(flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape))
+
+
+def _attention_backward_flops(
+    grad_out_shape: torch.Size,
+    query_shape: torch.Size,
+    key_shape: torch.Size,
+    value_shape: torch.Size,
+    *_: object,
+    **__: object,
+) -> int:
+    return int(
+        flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    )
+
+
+def _cpu_attention_formulas() -> dict[object, Callable[..., int]]:
+    """torch's attention formulas for the flash-attention kernel of CPUs, which its counter
+    does not know (it files them under the CUDA kernels only): without them the attention of a
+    ViT trained on a CPU would count as nothing. Where a torch knows that kernel, its own
+    entry stays."""
+    aten = torch.ops.aten
+    kernels = {
+        "_scaled_dot_product_flash_attention_for_cpu": _attention_flops,
+        "_scaled_dot_product_flash_attention_for_cpu_backward": _attention_backward_flops,
+    }
+    formulas: dict[object, Callable[..., int]] = {}
+    for name, formula in kernels.items():
+        kernel = getattr(aten, name, None)
+        if kernel is not None and kernel not in flop_counter.flop_registry:
+            formulas[kernel] = formula
+    return formulas
+
+
+def flop_counter_mode() -> FlopCounterMode:
+    """FlopCounterMode with the CPU's attention kernel counted too; nothing printed."""
+    return FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas())
+
+
 def train_step_flops(
     model: nn.Module,
     images: torch.Tensor,
@@ -58,7 +107,7 @@ def train_step_flops(
         # leaves the caller's untouched.
         parameter.grad = None
     try:
-        with FlopCounterMode(display=False) as counter:
+        with flop_counter_mode() as counter:
             with autocast:
                 loss = loss_fn(model(images), labels)
             loss.backward()
