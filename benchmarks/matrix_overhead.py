@@ -10,7 +10,7 @@ arms and are reported per arm too. Prints each task, then the medians over tasks
 as a fraction of an arm's training time (goal: under 10 % on a 1,024-image subset).
 
     python benchmarks/matrix_overhead.py [--data ARCHIVE] [--subset 1024] [--repeats 2]
-        [--models small-cnn] [--batch-sizes 64,128] [--json FILE]
+        [--models small-cnn] [--batch-sizes 64,128] [--lr LR] [--json FILE]
 
 Also measured in the same run: a bare process that imports torch and exits (median of 3),
 the least any task that trains with PyTorch in its own process pays, so that the overhead
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from common import archive_argument, median, table, write_json
 
+from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.precision import cpu_capability, cpu_name
 from ampbench.results import read_arm_results
 
@@ -116,9 +117,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--models", default="small-cnn", help="the matrix's models")
     parser.add_argument("--batch-sizes", default="64,128", help="the matrix's batch sizes")
+    parser.add_argument(
+        "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     matrix = ["--models", args.models, "--batch-sizes", args.batch_sizes, *PRECISIONS]
+    matrix += ["--lr", str(args.lr)]
     if not args.data.is_file():
         sys.exit(f"matrix_overhead: {args.data}: no such archive (pass --data)")
     print(f"CPU: {cpu_name()} ({cpu_capability()})")
@@ -171,6 +176,7 @@ def main() -> None:
             "subset": args.subset,
             "models": args.models,
             "batch_sizes": args.batch_sizes,
+            "lr": args.lr,
             "torch_process_s": floor,
             "epochs": args.epochs,
             "tasks": rows,
