@@ -65,10 +65,14 @@ def test_prepare_checks_each_arms_global_batch(
     error: str,
 ) -> None:
     """A training task runs gpu_count x num_nodes processes of the arm's batch each: a global
-    batch the data cannot fill is the prepare step's one line, before any task trains."""
+    batch the data cannot fill is the prepare step's one line, before any task trains. Only
+    the prepared data tells here (a folder of 50 training images, no --subset)."""
+    from datagen import make_image_folder
+
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 25, "test": 2})
     dataset = dsl.Dataset(name="dataset", uri=str(tmp_path / "dataset"), metadata={})
     runs = matrix_runs(["small-cnn"], [25], ["amp"], [0])
-    settings = {"data": "synthetic", "subset": 50, "runs": runs, "epochs": 1, "lr": 0.1}
+    settings = {"data": str(tmp_path / "tree"), "runs": runs, "epochs": 1, "lr": 0.1}
     settings["grad_comm"] = "fp32"
     if not error:
         prepare.python_func(dataset=dataset, gpu_count=gpu_count, num_nodes=num_nodes, **settings)
