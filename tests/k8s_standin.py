@@ -10,7 +10,9 @@ network. The TrainJob is Complete when every node exits 0, Failed when one does 
 mode "no-crd" answers a create as an API server without the CRD does (404); "refuse" as
 Trainer's webhook refuses a TrainJob whose runtime does not exist (422); "unavailable" answers
 every create with 503; "conflict" answers every create with 409, as if someone else made the
-TrainJob again each time it is deleted. `unavailable`, `unavailable_creates` and
+TrainJob again each time it is deleted; "lost" makes the first TrainJob but loses the reply
+(504), then answers every create with 503. `put_earlier` leaves a TrainJob in the way, as
+an earlier attempt of the task would. `unavailable`, `unavailable_creates` and
 `lost_replies` make the next reads or creates fail transiently (a lost reply: the TrainJob
 is created, the answer is a 504).
 """
@@ -49,6 +51,7 @@ class StandIn:
         self.mode = mode
         self.created: list[dict[str, Any]] = []
         self.live: set[str] = set()  # TrainJobs created and not deleted
+        self.earlier: dict[str, dict[str, Any]] = {}  # TrainJobs there before the test
         self.unavailable = 0  # how many reads of a TrainJob answer 503 first
         self.unavailable_creates = 0  # how many creations answer 503 first
         self.lost_replies = 0  # how many creations that go through answer 504
@@ -80,6 +83,11 @@ class StandIn:
         configuration = client.Configuration()
         configuration.host = self.url
         return client.ApiClient(configuration)
+
+    def put_earlier(self, name: str, annotations: dict[str, str]) -> None:
+        """A TrainJob of this name already there, as an earlier attempt left it."""
+        self.earlier[name] = {"metadata": {"name": name, "annotations": annotations}}
+        self.live.add(name)
 
     # -- the Trainer: nodes as processes -----------------------------------------------------
     def start_nodes(self, body: dict[str, Any]) -> None:
@@ -154,6 +162,9 @@ class StandIn:
                         f'admission webhook "{WEBHOOK}" denied the request: '
                         f'ClusterTrainingRuntime.trainer.kubeflow.org "{runtime}" not found',
                     )
+                lost = standin.mode == "lost" and not standin.created
+                if standin.mode == "lost" and standin.created:
+                    return self.failure(503, "the server is currently unable to handle the request")
                 if standin.mode == "unavailable" or standin.unavailable_creates:
                     standin.unavailable_creates = max(0, standin.unavailable_creates - 1)
                     return self.failure(503, "the server is currently unable to handle the request")
@@ -166,8 +177,8 @@ class StandIn:
                 standin.created.append(body)
                 standin.live.add(name)
                 standin.start_nodes(body)
-                if standin.lost_replies:
-                    standin.lost_replies -= 1
+                if standin.lost_replies or lost:
+                    standin.lost_replies = max(0, standin.lost_replies - 1)
                     return self.failure(504, "the request timed out")
                 self.reply(201, body)
 
@@ -181,6 +192,8 @@ class StandIn:
                             503, "the server is currently unable to handle the request"
                         )
                     found = [b for b in standin.created if b["metadata"]["name"] == name]
+                    if not found and name in standin.earlier:
+                        found = [standin.earlier[name]]
                     if not found or name not in standin.live:
                         return self.failure(
                             404, f'trainjobs.trainer.kubeflow.org "{name}" not found'
@@ -218,6 +231,7 @@ class StandIn:
                 assert match and match[2]
                 standin.deleted.append(match[2])
                 standin.live.discard(match[2])
+                standin.earlier.pop(match[2], None)
                 self.reply(200, {"kind": "Status", "status": "Success"})
 
         return Handler

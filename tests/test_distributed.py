@@ -35,7 +35,7 @@ from ampbench.components.train.component import train as train_component
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.launch import train_arguments, train_in_processes, train_on_nodes
 from ampbench.components.train.step import TrackingOptions
-from ampbench.components.train.trainjob import TrainJobSpec, manifest
+from ampbench.components.train.trainjob import CREATION_MARK, TrainJobSpec, manifest
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.compile import compile_pipeline
 from ampbench.results import ArmResults, read_arm_results
@@ -433,7 +433,7 @@ def test_a_trainjob_of_two_nodes_trains_and_hands_the_arm_back(
         # server answers the first creation and the first read (is the old one gone?) with
         # 503: each is tried again. The reply to the creation after that is lost (504): sent
         # again, it finds its own TrainJob (409, with its creation mark), which is no conflict.
-        api.live.add("ampbench-test")
+        api.put_earlier("ampbench-test", {CREATION_MARK: "an earlier attempt's"})
         api.unavailable_creates = 1
         api.unavailable = 1
         api.lost_replies = 1
@@ -510,17 +510,25 @@ def test_a_failed_trainjob_is_one_line_and_is_deleted(
             "was replaced (is another attempt of this task running?): "
             'trainjobs.trainer.kubeflow.org "ampbench-test" already exists',
         ),
+        (
+            "lost",
+            "TrainJob ampbench-test: cannot be created: failed 5 times: the server is "
+            "currently unable to handle the request",
+        ),
     ],
 )
 def test_a_trainjob_that_cannot_be_created_is_one_line(
     nodes_config: TrainConfig, tmp_path: Path, mode: str, expected: str
 ) -> None:
     with StandIn(tmp_path, mode) as api, pytest.raises(AmpbenchError) as raised:
+        if mode == "conflict":
+            api.put_earlier("ampbench-test", {})  # an earlier attempt's, with no mark
         train_through(api, nodes_config, tmp_path)
     assert str(raised.value) == expected
-    assert not api.created
-    # Only a TrainJob found in the way is deleted, and only once.
-    assert api.deleted == (["ampbench-test"] if mode == "conflict" else [])
+    # "lost": the first request made the TrainJob; the failed creation deletes it (its nodes
+    # would hold GPUs). "conflict": the earlier attempt's is deleted, once.
+    assert len(api.created) == (1 if mode == "lost" else 0)
+    assert api.deleted == (["ampbench-test"] if mode in ("conflict", "lost") else [])
 
 
 def test_several_nodes_need_a_shared_location(nodes_config: TrainConfig, tmp_path: Path) -> None:

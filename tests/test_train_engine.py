@@ -22,6 +22,7 @@ from ampbench.components.train import engine
 from ampbench.components.train.checkpoint import NAME
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import MemoryMeter, Trainer, build_optimizer, train
+from ampbench.components.train.flops import train_step_flops
 from ampbench.components.train.models import small_cnn
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults
@@ -433,12 +434,22 @@ def test_achieved_flops_are_the_counted_step_flops_over_the_training_time(
 
 
 def test_the_step_flops_counted_in_the_warm_up_are_those_of_a_step_of_their_own(
-    synthetic_dataset: Path,
+    synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Counted in the first warm-up step (the eager model of one process trains it), or, with
-    no warm-up, in a step of their own (train_step_flops): one figure either way."""
+    no warm-up, in a step of their own (train_step_flops): one figure either way, and no step
+    of their own where the warm-up counts them."""
+    steps_of_their_own = []
+
+    def counted_apart(*args: Any, **kwargs: Any) -> int:
+        steps_of_their_own.append(1)
+        return train_step_flops(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "train_step_flops", counted_apart)
     in_warm_up, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=2))
+    assert not steps_of_their_own
     apart, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=0))
+    assert len(steps_of_their_own) == 1
     assert in_warm_up.compute is not None and apart.compute is not None
     assert in_warm_up.compute.flops_per_step == apart.compute.flops_per_step > 0
 

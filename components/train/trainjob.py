@@ -17,6 +17,7 @@ per node are stated explicitly (numProcPerNode) rather than inferred from the GP
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -48,6 +49,7 @@ POLL_S = 10.0
 # Set on each TrainJob to the creating call's own random value: a TrainJob found under the
 # name that carries it is that call's own (its first request went through, the reply was lost).
 CREATION_MARK = "ampbench.io/creation"
+DELETE_RETRY_S = 2.0
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -243,6 +245,11 @@ class TrainJobRun:
         except Exception as error:  # sorted here: none is let through raw
             if isinstance(error, ApiException) and not _transient(error):
                 raise self._refusal(body, error) from None
+            # A request that went through before its reply was lost may have made the
+            # TrainJob: deleted if so, or its nodes would hold GPUs until its deadline.
+            with contextlib.suppress(AmpbenchError):
+                if self._creation_mark(namespace, name) == mark:
+                    self.delete(namespace, name)
             raise self._failure(what, error) from None
         log.info(
             "TrainJob %s/%s created (%s nodes)",
@@ -253,18 +260,20 @@ class TrainJobRun:
 
     def _creation_mark(self, namespace: str, name: str) -> str | None:
         """The CREATION_MARK of the TrainJob under this name; None where it has none or is
-        gone."""
+        gone. Any error reading it is one line."""
         from kubernetes.client.exceptions import ApiException
 
-        read = self.custom.get_namespaced_custom_object
-        try:
-            trainjob = self._retrying(
-                f"TrainJob {name}: cannot be read", read, GROUP, VERSION, namespace, PLURAL, name
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        def read() -> dict[str, Any]:
+            try:
+                return self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    return {}
+                raise
+
+        trainjob = self._call(f"TrainJob {name}: cannot be read", read)
         return ((trainjob.get("metadata") or {}).get("annotations") or {}).get(CREATION_MARK)
 
     @staticmethod
@@ -296,15 +305,23 @@ class TrainJobRun:
             return AmpbenchError(f"{what}: failed {TRANSIENT_TRIES} times: {_reason(error)}")
         return AmpbenchError(f"{what}: {_reason(error)}")
 
-    def _retrying(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _retrying(
+        self,
+        what: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        wait_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """fn(*args, **kwargs), tried again on transient errors (a busy or restarting API
-        server must not end a training that runs fine); the last error is raised as it is."""
+        server must not end a training that runs fine), wait_s apart (default: poll_s); the
+        last error is raised as it is."""
         import tenacity
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(_transient),
             stop=tenacity.stop_after_attempt(TRANSIENT_TRIES),
-            wait=tenacity.wait_fixed(self.poll_s),
+            wait=tenacity.wait_fixed(self.poll_s if wait_s is None else wait_s),
             sleep=self.sleep,
             before_sleep=lambda state: log.warning(
                 "%s: %s; trying again", what, _reason(state.outcome.exception())
@@ -418,8 +435,11 @@ class TrainJobRun:
         raise AmpbenchError(f"TrainJob {name}: an earlier attempt's TrainJob does not go away")
 
     def delete(self, namespace: str, name: str) -> None:
-        """Delete the TrainJob (transient errors tried again); a failure is a warning: this
-        runs on the way out, and activeDeadlineSeconds ends a TrainJob left behind."""
+        """Delete the TrainJob (transient errors tried again, soon enough to end within a
+        pod's 30 s of grace after SIGTERM); a failure is a warning: this runs on the way out,
+        and activeDeadlineSeconds ends a TrainJob left behind."""
+        from kubernetes.client.exceptions import ApiException
+
         try:
             self._retrying(
                 f"TrainJob {name}: cannot be deleted",
@@ -429,8 +449,11 @@ class TrainJobRun:
                 namespace,
                 PLURAL,
                 name,
+                wait_s=min(self.poll_s, DELETE_RETRY_S),
             )
         except Exception as error:  # sorted here: none is let through raw
+            if isinstance(error, ApiException) and error.status == 404:
+                return  # gone already (a retried request whose first reply was lost)
             log.warning("TrainJob %s: not deleted: %s", name, _reason(error))
 
     def run(self, body: dict[str, Any], timeout_s: float) -> None:
