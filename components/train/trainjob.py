@@ -258,22 +258,27 @@ class TrainJobRun:
             body["spec"]["trainer"]["numNodes"],
         )
 
-    def _creation_mark(self, namespace: str, name: str) -> str | None:
-        """The CREATION_MARK of the TrainJob under this name; None where it has none or is
-        gone. Any error reading it is one line."""
+    def _read_if_there(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TrainJob under this name, None where there is none; transient errors tried
+        again, any other one line."""
         from kubernetes.client.exceptions import ApiException
 
-        def read() -> dict[str, Any]:
+        def read() -> dict[str, Any] | None:
             try:
                 return self.custom.get_namespaced_custom_object(
                     GROUP, VERSION, namespace, PLURAL, name
                 )
             except ApiException as error:
                 if error.status == 404:
-                    return {}
+                    return None
                 raise
 
-        trainjob = self._call(f"TrainJob {name}: cannot be read", read)
+        return self._call(f"TrainJob {name}: cannot be read", read)
+
+    def _creation_mark(self, namespace: str, name: str) -> str | None:
+        """The CREATION_MARK of the TrainJob under this name; None where it has none or is
+        gone."""
+        trainjob = self._read_if_there(namespace, name) or {}
         return ((trainjob.get("metadata") or {}).get("annotations") or {}).get(CREATION_MARK)
 
     @staticmethod
@@ -416,20 +421,8 @@ class TrainJobRun:
             self.sleep(self.poll_s)
 
     def _await_gone(self, namespace: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        def exists() -> bool:
-            try:
-                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-            except ApiException as error:
-                if error.status == 404:
-                    return False
-                raise
-            return True
-
         for _ in range(60):
-            # Through _call: a transient error is tried again, any other is one line.
-            if not self._call(f"TrainJob {name}: cannot be read", exists):
+            if self._read_if_there(namespace, name) is None:
                 return
             self.sleep(min(self.poll_s, 5.0))
         raise AmpbenchError(f"TrainJob {name}: an earlier attempt's TrainJob does not go away")
