@@ -19,8 +19,8 @@ from typing import Literal
 from ampbench import schema
 from ampbench.errors import AmpbenchError
 
-RESULTS_SCHEMA_VERSION = 2
-COMPARISON_SCHEMA_VERSION = 3
+RESULTS_SCHEMA_VERSION = 3
+COMPARISON_SCHEMA_VERSION = 4
 
 # What each headline figure means; the report prints these, and nothing else defines them.
 DEFINITIONS = {
@@ -69,6 +69,13 @@ DEFINITIONS = {
         "whose test accuracy reached the target, evaluated after each epoch off the clock; the "
         "run stops there. The ratio is baseline over arm, over the seeds where both got there"
     ),
+    "Start-up": (
+        "the arm's process from its start (the kernel's start time, so the interpreter and every "
+        "import count) to the training state ready for the warm-up: imports and device "
+        "initialisation, then the data read and put on the device and the model and optimizer "
+        "built. Not in the end-to-end time; what a task spends after training (outputs, the "
+        "MLflow model, exit) is in neither"
+    ),
     "Accuracy delta": (
         "arm minus baseline test accuracy in percentage points, the mean of per-seed differences"
     ),
@@ -109,6 +116,15 @@ class DatasetRecord:
 
 
 @dataclass(frozen=True)
+class Startup:
+    """DEFINITIONS["Start-up"], in two parts."""
+
+    total_s: float  # imports_s + state_s
+    imports_s: float  # process start to the device ready: interpreter, imports, device init
+    state_s: float  # then the data read and uploaded, the model and optimizer built
+
+
+@dataclass(frozen=True)
 class Timing:
     train_time_s: float  # DEFINITIONS["Time"]
     throughput_img_s: float  # trained_images / train_time_s: the steady-state rate
@@ -119,6 +135,8 @@ class Timing:
     compile_s: float  # part of warmup_s: the first warm-up step of a compiled model
     eval_s: float
     checkpoint_s: float
+    # Before end_to_end_s, not part of it. None: not recorded (schema 2, or no /proc).
+    startup: Startup | None
 
 
 @dataclass(frozen=True)
@@ -237,7 +255,8 @@ class ArmResults:
     compute: Compute | None = None
     time_to_target: TimeToTarget | None = None
     distributed: Distributed | None = None  # None: written before it existed (one process)
-    # Set when read from an older schema (see upgrade_v1): its figures mean what they meant.
+    # Set when read from an older schema (upgrade_v1, upgrade_v2): its figures mean what they
+    # meant then.
     upgraded_from_schema: int | None = None
 
     @property
@@ -256,14 +275,15 @@ def read_arm_results(path: Path) -> ArmResults:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise AmpbenchError(f"{path}: not a readable results file ({error})") from None
     what = "the results of an ampbench training run"
-    if isinstance(data, dict) and data.get("schema_version") == 1:
-        try:
-            data = upgrade_v1(data)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
-            raise AmpbenchError(
-                f"{path}: not valid ampbench results of schema version 1 ({error!r} missing "
-                "or malformed)"
-            ) from None
+    for version, upgrade in ((1, upgrade_v1), (2, upgrade_v2)):
+        if isinstance(data, dict) and data.get("schema_version") == version:
+            try:
+                data = upgrade(data)
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+                raise AmpbenchError(
+                    f"{path}: not valid ampbench results of schema version {version} ({error!r} "
+                    "missing or malformed)"
+                ) from None
     check_version(data, RESULTS_SCHEMA_VERSION, path, what)
     try:
         return schema.load(ArmResults, data)
@@ -275,7 +295,7 @@ UNRECORDED = "not recorded (schema version 1)"
 
 
 def upgrade_v1(old: dict) -> dict:
-    """Results of schema version 1 (ampbench before its measurement protocol) in this schema.
+    """Results of schema version 1 (ampbench before its measurement protocol) in schema 2.
 
     Nothing is made up: what version 1 did not record says so (UNRECORDED, an empty image
     shape, no warm-up), and its figures keep their meaning: its time holds the first epoch's
@@ -290,7 +310,7 @@ def upgrade_v1(old: dict) -> dict:
     compile_time = old.get("compile_time_s") or 0.0
     reserved = old.get("peak_memory_reserved_mb")
     return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
+        "schema_version": 2,
         "precision": {
             "requested": old["precision"],
             "resolved": old["resolved_precision"],
@@ -354,6 +374,17 @@ def upgrade_v1(old: dict) -> dict:
     }
 
 
+def upgrade_v2(old: dict) -> dict:
+    """Results of schema version 2 in this schema: the same protocol and figures, without the
+    process's start-up, which version 2 did not record."""
+    return {
+        **old,
+        "schema_version": 3,
+        "timing": {**old["timing"], "startup": None},
+        "upgraded_from_schema": old.get("upgraded_from_schema") or 2,
+    }
+
+
 def check_version(data: object, known: int, path: Path, what: str) -> None:
     if not isinstance(data, dict) or "schema_version" not in data:
         raise AmpbenchError(f"{path}: not {what} (no schema_version)")
@@ -403,6 +434,21 @@ class ScalingRow:
 
 
 @dataclass(frozen=True)
+class TimeSpent:
+    """Where an arm's time went, in seconds, each the mean over its seeds: start-up (imports,
+    then state), warm-up (compilation part of it), training, evaluation, checkpoint writes."""
+
+    startup_s: float | None  # None where a seed did not record it (results of schema 2)
+    imports_s: float | None
+    state_s: float | None
+    warmup_s: float
+    compile_s: float
+    train_s: float
+    eval_s: float
+    checkpoint_s: float
+
+
+@dataclass(frozen=True)
 class ArmSummary:
     """One arm over the seeds compared."""
 
@@ -417,6 +463,7 @@ class ArmSummary:
     train_time_s: Estimate
     throughput_img_s: Estimate
     end_to_end_s: Estimate
+    time_spent: TimeSpent
     train_peak_memory_mb: Estimate
     total_peak_memory_mb: Estimate
     achieved_tflops: Estimate | None  # None where a seed did not record it
@@ -470,7 +517,7 @@ class Comparison:
     end_to_end_ratio: float
     memory_ratio: float | None
     accuracy_delta_pp: float
-    mlflow: dict[str, str] | None = None
+    mlflow: dict[str, str] | None = None  # experiment, experiment_id, parent_run_id
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     # Where arms ran at several world sizes (torchrun processes: GPUs); empty otherwise.
     scaling: list[ScalingRow] = field(default_factory=list)

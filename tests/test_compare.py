@@ -37,6 +37,7 @@ from ampbench.results import (
     EpochRecord,
     Memory,
     PrecisionRecord,
+    Startup,
     TimeToTarget,
     Timing,
     Versions,
@@ -54,9 +55,9 @@ Mixed Accuracy: 0.6969
 Mixed Memory  : 1916.57 MB
 Mixed Time    : 252.56 sec"""
 IMAGES = 50_000
-# Two results files written by ampbench before schema version 2 (commit 1f5d895: small-cnn,
-# 100 synthetic images, one epoch, fp32 and bf16 on a CPU).
-SCHEMA_1 = Path(__file__).parent / "data"
+# Results files written by earlier versions (small-cnn, 100 synthetic images, one epoch, fp32
+# and bf16 on a CPU): schema 1 by commit 1f5d895, schema 2 by commit 6e1a056.
+SCHEMA_1 = SCHEMA_2 = Path(__file__).parent / "data"
 T_975_DF2 = 4.302653  # Student's t, 97.5th percentile, 2 degrees of freedom
 
 
@@ -109,6 +110,7 @@ def arm_result(
             compile_s=0.0,
             eval_s=5.0,
             checkpoint_s=0.0,
+            startup=Startup(total_s=6.0 + seed, imports_s=4.0, state_s=2.0 + seed),
         ),
         memory=Memory("cuda_allocated", memory, memory + 300.0, 250.0, memory + 50.0, None),
         skipped_steps=0,
@@ -169,6 +171,35 @@ def test_single_seed_figures_follow_from_the_arms() -> None:
     assert "Steady-state speedup (images/s, amp / fp32): 2.50x\n" in text
     assert "Accuracy delta (amp - fp32): -2.00 pp" in text
     assert "One seed per arm: no intervals" in comparison.verdict
+    assert (
+        "Time spent, amp: start-up 6.00 s (imports and device 4.00, data and model 2.00), "
+        "warm-up 5.00 s, training 120.00 s, evaluation 5.00 s\n" in text
+    )
+
+
+def test_time_spent_is_the_mean_over_seeds_and_unrecorded_where_a_seed_lacks_it() -> None:
+    fp32 = [arm_result("fp32", seed, 0.70, 3000.0, 300.0 + seed) for seed in (0, 2)]
+    amp = [arm_result("amp", 0, 0.68, 1500.0, 120.0), arm_result("amp", 2, 0.68, 1500.0, 120.0)]
+    amp[1] = with_(amp[1], timing__startup=None, timing__compile_s=1.5)
+    comparison = compare_arms({"fp32": fp32, "amp": amp})
+    spent = comparison.arms["fp32"].time_spent
+    assert (spent.startup_s, spent.imports_s, spent.state_s) == (7.0, 4.0, 3.0)
+    assert spent.train_s == 301.0 and spent.warmup_s == 5.0 and spent.compile_s == 0.0
+    assert comparison.arms["amp"].time_spent.startup_s is None  # not a mean of one seed
+    text = render_text(comparison)
+    assert (
+        "Time spent, fp32: start-up 7.00 s (imports and device 4.00, data and model 3.00)" in text
+    )
+    assert (
+        "Time spent, amp: start-up not recorded, warm-up 5.00 s (compilation 0.75), training "
+        "120.00 s" in text
+    )
+    header, rows = tables(comparison)["Where the time went (s, mean over seeds)"]
+    assert header[:4] == ["arm", "start-up", "imports and device", "data and model"]
+    assert rows == [
+        ["fp32", "7.00", "4.00", "3.00", "5.00", "0.00", "301.00", "5.00", "0.00"],
+        ["amp", "-", "-", "-", "5.00", "0.75", "120.00", "5.00", "0.00"],
+    ]
 
 
 def test_ratio_interval_is_the_t_interval_of_the_logs_centred_on_the_figure() -> None:
@@ -416,6 +447,21 @@ def test_results_of_schema_1_are_upgraded_and_flagged(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text(json.dumps(original))
     with pytest.raises(AmpbenchError, match=r"broken\.json: not valid ampbench results of schema"):
         read_arm_results(tmp_path / "broken.json")
+
+
+def test_results_of_schema_2_are_read_without_a_start_up() -> None:
+    fp32 = read_arm_results(SCHEMA_2 / "results-v2-fp32.json")
+    bf16 = read_arm_results(SCHEMA_2 / "results-v2-bf16.json")
+    original = json.loads((SCHEMA_2 / "results-v2-bf16.json").read_text())
+    assert original["schema_version"] == 2 and "startup" not in original["timing"]
+    assert bf16.schema_version == RESULTS_SCHEMA_VERSION and bf16.upgraded_from_schema == 2
+    assert bf16.timing.startup is None
+    assert schema.dump(bf16.timing) == {**original["timing"], "startup": None}
+    assert bf16.precision.support == original["precision"]["support"]
+    comparison = compare_arms({"fp32": [fp32], "bf16": [bf16]})
+    # Measured as this version measures: no warning, only the start-up is not known.
+    assert not any("schema version" in warning for warning in comparison.warnings)
+    assert "Time spent, bf16: start-up not recorded, warm-up " in render_text(comparison)
 
 
 def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from statistics import fmean
 
 from ampbench.components.compare.stats import mean_estimate, ratio_estimate
 from ampbench.errors import AmpbenchError
@@ -28,6 +29,7 @@ from ampbench.results import (
     Estimate,
     PrecisionRecord,
     ScalingRow,
+    TimeSpent,
 )
 
 # The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
@@ -143,6 +145,23 @@ def _estimate_all(values: Sequence[float | None]) -> Estimate | None:
     return mean_estimate([value for value in values if value is not None])
 
 
+def time_spent(runs: Sequence[ArmResults]) -> TimeSpent:
+    """Where the arm's time went, each phase the mean over its seeds; the start-up only where
+    every seed recorded it (a mean over some would pass for one over all)."""
+    startups = [run.timing.startup for run in runs]
+    known = [s for s in startups if s is not None] if None not in startups else []
+    return TimeSpent(
+        startup_s=fmean([s.total_s for s in known]) if known else None,
+        imports_s=fmean([s.imports_s for s in known]) if known else None,
+        state_s=fmean([s.state_s for s in known]) if known else None,
+        warmup_s=fmean([run.timing.warmup_s for run in runs]),
+        compile_s=fmean([run.timing.compile_s for run in runs]),
+        train_s=fmean([run.timing.train_time_s for run in runs]),
+        eval_s=fmean([run.timing.eval_s for run in runs]),
+        checkpoint_s=fmean([run.timing.checkpoint_s for run in runs]),
+    )
+
+
 def summarize(name: str, runs: Sequence[ArmResults], group: str, baseline_arm: str) -> ArmSummary:
     return ArmSummary(
         name=name,
@@ -156,6 +175,7 @@ def summarize(name: str, runs: Sequence[ArmResults], group: str, baseline_arm: s
         train_time_s=mean_estimate([run.timing.train_time_s for run in runs]),
         throughput_img_s=mean_estimate([run.timing.throughput_img_s for run in runs]),
         end_to_end_s=mean_estimate([run.timing.end_to_end_s for run in runs]),
+        time_spent=time_spent(runs),
         train_peak_memory_mb=mean_estimate([run.memory.train_peak_mb for run in runs]),
         total_peak_memory_mb=mean_estimate([run.memory.total_peak_mb for run in runs]),
         achieved_tflops=_estimate_all(
@@ -550,10 +570,10 @@ def compare_arms(
             f"Resumed from a checkpoint: {', '.join(resumed)}. Their training time adds up "
             "several processes, each with its own warm-up."
         )
-    upgraded = sorted({r.upgraded_from_schema for runs in paired.values() for r in runs} - {None})
-    if upgraded:
+    # Schema 2 measured as this one does (only its start-up is not recorded): no warning.
+    if any(r.upgraded_from_schema == 1 for runs in paired.values() for r in runs):
         warnings.append(
-            f"Some results are of schema version {', '.join(map(str, upgraded))} (an earlier "
+            "Some results are of schema version 1 (an earlier "
             "ampbench, before its measurement protocol): their time holds the first epoch's "
             "one-time costs, their memory counts the data set and the model, and whether their "
             "precision was native was not recorded."

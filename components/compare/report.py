@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 
 from ampbench.components.compare.analysis import PUBLISHED
-from ampbench.results import ArmSummary, Comparison, Estimate, ScalingRow
+from ampbench.results import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
 
 TITLE = "ampbench: mixed precision against FP32"
 
@@ -94,6 +94,10 @@ def render_text(comparison: Comparison) -> str:
             + ("" if this.time_to_target_ratio else " (not both reached the target)")
         )
     lines += [
+        f"Time spent, {name}: {time_spent_text(comparison.arms[name].time_spent)}"
+        for name in (baseline, headline)
+    ]
+    lines += [
         "",
         f"Verdict: {comparison.verdict}",
     ]
@@ -103,6 +107,24 @@ def render_text(comparison: Comparison) -> str:
         lines += _text_table(header, rows)
     lines += [f"WARNING: {warning}" for warning in comparison.warnings]
     return "\n".join(lines)
+
+
+def time_spent_text(spent: TimeSpent) -> str:
+    """Where an arm's time went, in one line (DEFINITIONS["Start-up"])."""
+    if spent.startup_s is None:
+        startup = "start-up not recorded"
+    else:
+        startup = (
+            f"start-up {spent.startup_s:.2f} s (imports and device {spent.imports_s:.2f}, "
+            f"data and model {spent.state_s:.2f})"
+        )
+    warmup = f"warm-up {spent.warmup_s:.2f} s"
+    if spent.compile_s:
+        warmup += f" (compilation {spent.compile_s:.2f})"
+    parts = [startup, warmup, f"training {spent.train_s:.2f} s", f"evaluation {spent.eval_s:.2f} s"]
+    if spent.checkpoint_s:
+        parts.append(f"checkpoints {spent.checkpoint_s:.2f} s")
+    return ", ".join(parts)
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -235,12 +257,32 @@ def tables(comparison: Comparison) -> dict[str, Table]:
         "Settings": (["setting", "value"], settings),
         "Arms": (arm_header, arms),
         f"Against {comparison.baseline}": (ratio_header, ratios),
+        "Where the time went (s, mean over seeds)": time_spent_table(comparison),
     }
     if matrix:
         found = {"At a glance": matrix_table(comparison), **found}
     if comparison.scaling:
         found["Scaling"] = scaling_table(comparison)
     return found
+
+
+def time_spent_table(comparison: Comparison) -> Table:
+    """Each arm's time by phase; the start-up "-" where a seed did not record it."""
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    header = ["arm", "start-up", "imports and device", "data and model", "warm-up"]
+    header += ["compilation", "training", "evaluation", "checkpoints"]
+    rows = [
+        [
+            name,
+            *(seconds(v) for v in (t.startup_s, t.imports_s, t.state_s, t.warmup_s)),
+            *(seconds(v) for v in (t.compile_s, t.train_s, t.eval_s, t.checkpoint_s)),
+        ]
+        for name, t in ((name, arm.time_spent) for name, arm in comparison.arms.items())
+    ]
+    return header, rows
 
 
 def published_heading(comparison: Comparison) -> str:

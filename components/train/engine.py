@@ -52,6 +52,7 @@ from ampbench.components.train.precision import (
 from ampbench.dataset_format import SplitTensors, read_metadata, read_split
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
+from ampbench.process import StartupClock
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
     ArmResults,
@@ -403,6 +404,7 @@ class Trainer:
         seed_everything(config.seed, config.deterministic)
         self.memory = MemoryMeter(self.device)
         self.memory.start()
+        self.startup = StartupClock()  # imports done, the device initialised
         self.metadata = read_metadata(Path(config.dataset_dir))
         try:
             check_against_dataset(
@@ -464,6 +466,7 @@ class Trainer:
         self.warmup_s = 0.0
         self.compile_s = 0.0
         self.flops_per_step: int | None = None
+        self.startup.state_ready()  # last in __init__: the warm-up can start
 
     # -- state: checkpoints and the warm-up's undo -------------------------------------------
     def training_state(self) -> dict[str, Any]:
@@ -878,6 +881,7 @@ class Trainer:
                 compile_s=self.compile_s,
                 eval_s=state.eval_time_s,
                 checkpoint_s=state.checkpoint_time_s,
+                startup=self.startup.record(),
             ),
             memory=self.memory_record(),
             skipped_steps=sum(e.skipped_steps for e in epochs),

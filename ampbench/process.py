@@ -1,0 +1,53 @@
+"""The process's own start-up, as an arm's results record it (results.Startup).
+
+Measured from the moment the kernel started this process, so that the interpreter's start and
+every import count, which no clock started inside Python could see. Standard library only:
+the engine records it on bare GPU machines too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ampbench.results import Startup
+
+STARTTIME_FIELD = 22  # of /proc/<pid>/stat, counting from 1: start time in clock ticks since boot
+
+
+def process_age_s(stat: Path = Path("/proc/self/stat")) -> float | None:
+    """Seconds since this process started (to the kernel's clock tick, 10 ms), or None where
+    there is no /proc to tell. Against CLOCK_BOOTTIME, the clock the kernel counts the start
+    time on: the wall clock can be stepped (NTP) while a process runs."""
+    try:
+        raw = stat.read_text()
+        # Field 2, the command name, is in parentheses and may itself hold spaces or ')'.
+        from_third = raw[raw.rindex(")") + 2 :].split()
+        started = int(from_third[STARTTIME_FIELD - 3]) / os.sysconf("SC_CLK_TCK")
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+    except (OSError, ValueError, IndexError, AttributeError):  # AttributeError: no BOOTTIME
+        return None
+
+
+class StartupClock:
+    """Marks the process's age at two moments of an arm's start-up: when it is made (imports
+    done, the device initialised) and at `state_ready` (data on the device, model and
+    optimizer built: the warm-up can start)."""
+
+    def __init__(self) -> None:
+        self.device_ready_s = process_age_s()
+        self.state_ready_s: float | None = None
+
+    def state_ready(self) -> None:
+        self.state_ready_s = process_age_s()
+
+    def record(self) -> Startup | None:
+        """The start-up as results record it; None where the process's age is not known."""
+        if self.device_ready_s is None or self.state_ready_s is None:
+            return None
+        return Startup(
+            total_s=self.state_ready_s,
+            imports_s=self.device_ready_s,
+            state_s=self.state_ready_s - self.device_ready_s,
+        )
