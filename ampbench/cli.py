@@ -28,7 +28,7 @@ from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
 from ampbench.pipelines.compile import add_build_options
 from ampbench.pipelines.submit import add_commands as _add_kfp
-from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
 from ampbench.world import world_from_env
 
 Handler = Callable[[argparse.Namespace], int]
@@ -576,19 +576,36 @@ def _add_ui(commands: argparse._SubParsersAction) -> None:
         help="browse the runs in the MLflow UI",
         description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
     )
-    parser.add_argument("--port", type=positive_int, default=5000, help="port on 127.0.0.1")
+    parser.add_argument("--port", type=positive_int, default=UI_PORT, help="port on 127.0.0.1")
+    parser.add_argument(
+        "--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment whose runs to show"
+    )
     parser.set_defaults(handler=_ui)
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from ampbench.tracking import tracking_uri, without_credentials
+    from ampbench.tracking import (
+        find_experiment_id,
+        local_store,
+        local_ui_base,
+        runs_table_url,
+        safe_tracking_uri,
+        tracking_uri,
+    )
 
     uri = tracking_uri()
-    if not uri.startswith("sqlite:"):
+    if not local_store():
         raise AmpbenchError(
-            f"MLFLOW_TRACKING_URI is {without_credentials(uri)}: open that server's own UI instead"
+            f"MLFLOW_TRACKING_URI is {safe_tracking_uri()}: open that server's own UI instead"
         )
-    print(f"MLflow UI on http://127.0.0.1:{args.port} ({uri}); Ctrl-C stops it")
+    base = local_ui_base(args.port)
+    # Read before the server starts: two processes creating a fresh store's tables would race.
+    experiment_id = find_experiment_id(args.experiment)
+    print(f"MLflow UI on {base} ({uri}); Ctrl-C stops it")
+    if experiment_id is None:
+        print(f"experiment '{args.experiment}' has no runs in this store yet")
+    else:
+        print(f"runs of experiment '{args.experiment}': {runs_table_url(base, experiment_id)}")
     # One worker: one person browsing. The server and its worker get a process group of their
     # own, so that stopping this command (Ctrl-C, SIGTERM, SIGHUP) stops all of them.
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]

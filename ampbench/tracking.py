@@ -34,6 +34,7 @@ RESULTS_ARTIFACT = "results.json"
 # The experiment tag the MLflow 3 UI reads to choose between its model-training and GenAI views.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
+UI_PORT = 5000  # `ampbench ui`'s default port
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 FINAL_FLUSH_ATTEMPTS = 5
@@ -52,6 +53,33 @@ for _name, _value in MLFLOW_ENV_DEFAULTS.items():
 
 def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def local_store() -> bool:
+    """Whether the store is a sqlite file, whose UI `ampbench ui` serves (a server has its own)."""
+    return tracking_uri().startswith("sqlite:")
+
+
+def local_ui_base(port: int = UI_PORT) -> str:
+    """Where `ampbench ui` serves a local store's UI."""
+    return f"http://127.0.0.1:{port}"
+
+
+def ui_base() -> str | None:
+    """The address of the tracking store's UI, without credentials: the server itself, or for
+    a sqlite file what `ampbench ui` serves; None for a store with no UI of its own known."""
+    if local_store():
+        return local_ui_base()
+    uri = tracking_uri()
+    if urlsplit(uri).scheme in ("http", "https"):
+        return without_credentials(uri).rstrip("/")
+    return None
+
+
+def runs_table_url(base: str, experiment_id: str) -> str:
+    """The experiment's runs table in MLflow's UI. MLflow 3's UI opens an experiment on its
+    GenAI overview (traces), where nothing of a training run shows; this address does not."""
+    return f"{base}/#/experiments/{experiment_id}/runs"
 
 
 def _client() -> Any:
@@ -356,8 +384,9 @@ def open_parent_run(
     tags: Mapping[str, str],
     params: Mapping[str, Any],
     children: list[str],
-) -> str:
-    """Create the pipeline run's parent run, with its params, and nest the arms' runs under it."""
+) -> tuple[str, str]:
+    """Create the pipeline run's parent run, with its params, and nest the arms' runs under it;
+    return its run id and its experiment's id."""
     from mlflow.entities import Param
 
     with mlflow_errors("creating the pipeline's parent run"):
@@ -370,7 +399,7 @@ def open_parent_run(
             client.log_batch(run.info.run_id, params=flat[start : start + MAX_PARAMS_PER_BATCH])
         for child in children:
             client.set_tag(child, PARENT_TAG, run.info.run_id)
-        return run.info.run_id
+        return run.info.run_id, run.info.experiment_id
 
 
 def log_named_artifacts(client: Any, run_id: str, artifacts: Mapping[str, Path]) -> None:
@@ -448,6 +477,13 @@ def download_arm_results(
     if not arms:
         raise AmpbenchError(f"run {parent.info.run_id}: has no arm runs")
     return parent.info.run_id, baseline, arms
+
+
+def find_experiment_id(name: str) -> str | None:
+    """The id of the experiment called `name`, or None where the store has none by that name."""
+    with mlflow_errors(f"looking up experiment '{name}'"):
+        found = _client().get_experiment_by_name(name)
+    return None if found is None else found.experiment_id
 
 
 def _get_run(client: Any, run_id: str) -> Any:

@@ -28,7 +28,13 @@ from ampbench.logs import log
 from ampbench.matrix import run_name
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.results import Comparison, read_arm_results, read_comparison
-from ampbench.tracking import safe_tracking_uri, tracking_uri
+from ampbench.tracking import (
+    local_store,
+    runs_table_url,
+    safe_tracking_uri,
+    tracking_uri,
+    ui_base,
+)
 
 MODELS_DIR = "models"
 RUN_LOG = "run.log"
@@ -187,6 +193,11 @@ def summary_lines(run: LocalRun) -> list[str]:
     if mlflow_info:
         lines.append(
             f"MLflow  : {safe_tracking_uri()} (experiment '{mlflow_info['experiment']}', "
-            f"parent run {mlflow_info['parent_run_id']}); browse with `ampbench ui`"
+            f"parent run {mlflow_info['parent_run_id']})"
         )
+        base = ui_base()
+        if base is not None:
+            address = runs_table_url(base, mlflow_info["experiment_id"])
+            served = " (served by `ampbench ui`)" if local_store() else ""
+            lines.append(f"runs    : {address}{served}")
     return lines

@@ -235,9 +235,14 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    from mlflow import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(store).create_experiment("earlier")
+    experiment_id = MlflowClient(store).create_experiment("mine")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     ui = subprocess.Popen(
-        [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port)],
+        [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port), "--experiment", "mine"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -262,6 +267,9 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
         assert process_group_members(server_group) == [], "the server outlived the command"
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) != 0
+        # The runs table, not the experiment's GenAI overview that MLflow 3's UI opens on.
+        table = f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs"
+        assert f"runs of experiment 'mine': {table}\n" in ui.stdout.read()  # type: ignore[union-attr]
     finally:
         for group in (ui.pid, server_group):
             if group is not None:

@@ -16,10 +16,12 @@ import pytest
 from mlflow import MlflowClient
 
 from ampbench import tracking
+from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer
 from ampbench.components.train.step import TrackingOptions, run_training
 from ampbench.errors import AmpbenchError
+from ampbench.pipelines.local import LocalRun, summary_lines
 from ampbench.results import read_arm_results
 
 if TYPE_CHECKING:
@@ -97,6 +99,9 @@ def test_runs_metrics_and_models_arrive_on_the_server(
     assert len({frozenset(tracked(child.data.metrics)) for child in children}) == 1
     models = client.search_logged_models(experiment_ids=[parent.info.experiment_id])
     assert {m.source_run_id for m in models} == {c.info.run_id for c in children}
+    # The end of the run names the experiment's runs table on the server.
+    table = f"{mlflow_server.uri.rstrip('/')}/#/experiments/{parent.info.experiment_id}/runs"
+    assert f"runs    : {table}\n" in proxied_run["stdout"]
     versions = client.search_model_versions(f"name='ampbench-{proxied_run['experiment']}'")
     assert len(versions) == 2
     # Proxied mode: every artifact went through the server into the bucket.
@@ -270,3 +275,35 @@ def test_mlflow_telemetry_is_off_unless_the_user_turned_it_on(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.split() == [seen, str(seen == "true")]
+
+
+def test_the_end_of_a_run_names_its_experiments_runs_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow 3's UI opens an experiment on its GenAI overview, where a training run does not
+    show: the last lines of `ampbench run` give the address of the runs table instead."""
+    from test_compare import _write, arm_result
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    MlflowClient(store).create_experiment("earlier")  # so that ours is not the first id
+    paths = [
+        _write(tmp_path / f"{p}.json", arm_result(p, 0, 0.7, 1000.0, 10.0)) for p in ("fp32", "amp")
+    ]
+    outputs = CompareOutputs.in_directory(tmp_path / "out")
+    comparison = run_comparison(paths, outputs, parent_run=ParentRunOptions(experiment="mine"))
+    experiment = MlflowClient(store).get_experiment_by_name("mine")
+    assert experiment is not None and comparison.mlflow is not None
+    assert comparison.mlflow["experiment_id"] == experiment.experiment_id != "0"
+    run = LocalRun(tmp_path, comparison, outputs, tmp_path / "root", tmp_path / "run.log")
+    table = f"/#/experiments/{experiment.experiment_id}/runs"
+    assert summary_lines(run)[-1] == (
+        f"runs    : http://127.0.0.1:5000{table} (served by `ampbench ui`)"
+    )
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:hunter2@mlflow.example.com/team/")
+    lines = summary_lines(run)
+    assert lines[-1] == f"runs    : https://mlflow.example.com/team{table}"
+    assert not any("hunter2" in line for line in lines)
+    # A store with no UI known to ampbench: no address rather than a wrong one.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://db.example.com/mlflow")
+    assert not any(line.startswith("runs    :") for line in summary_lines(run))

@@ -106,7 +106,7 @@ def run_comparison(
             "arms": ",".join(comparison.arms),
             **{key.replace(" ", "_"): value for key, value in comparison.settings.items()},
         }
-        run_id = open_parent_run(
+        run_id, experiment_id = open_parent_run(
             parent_run.experiment,
             parent_run.run_name or f"{PIPELINE_NAME}-{parent_run.pipeline_run_id or 'run'}",
             tags,
@@ -114,7 +114,12 @@ def run_comparison(
             children,
         )
         comparison = dataclasses.replace(
-            comparison, mlflow={"experiment": parent_run.experiment, "parent_run_id": run_id}
+            comparison,
+            mlflow={
+                "experiment": parent_run.experiment,
+                "experiment_id": experiment_id,
+                "parent_run_id": run_id,
+            },
         )
         write_json(outputs.comparison, comparison)
         artifacts = {
