@@ -31,6 +31,9 @@ PIPELINE_RUN_TAG = "ampbench.pipeline_run_id"
 BASELINE_TAG = "ampbench.baseline"  # on a parent run: which arm the others are compared with
 PRECISION_TAG = "ampbench.precision"  # on an arm run: the precision asked for, its arm's name
 RESULTS_ARTIFACT = "results.json"
+# An arm run's trained weights (the train step's state dict), where mlflow.pytorch's
+# load_state_dict("runs:/<run id>/model") looks for them.
+STATE_DICT_ARTIFACT = "model/state_dict.pth"
 # The experiment tag the MLflow 3 UI reads to choose between its model-training and GenAI views.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
@@ -360,8 +363,9 @@ def describe(error: Exception) -> str:
 
 def preload() -> None:
     """Import MLflow's client now: a training run's memory readings start after this, and
-    the import (with sqlalchemy for a sqlite store) is no part of training."""
-    import mlflow.pytorch  # noqa: F401
+    the import (with sqlalchemy for a sqlite store) is no part of training. Not its PyTorch
+    flavour: only a model to register needs it, after training."""
+    import mlflow  # noqa: F401
     from mlflow.store.tracking import sqlalchemy_store  # noqa: F401
 
 

@@ -307,3 +307,41 @@ def test_the_end_of_a_run_names_its_experiments_runs_table(
     # A store with no UI known to ampbench: no address rather than a wrong one.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://db.example.com/mlflow")
     assert not any(line.startswith("runs    :") for line in summary_lines(run))
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_an_arm_run_holds_its_weights_and_a_registered_model_only_when_asked(
+    registered: bool, synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weights are the state dict the step wrote, logged as it is; exporting an MLflow
+    model (torch.export and MLflow's checks of it, seconds per task) is for --register-model."""
+    import torch
+    from mlflow.artifacts import download_artifacts
+
+    from ampbench.components.train.models import build_model
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    name = "ampbench-registered" if registered else ""
+    results = run_training(
+        train_config(synthetic_dataset, epochs=1),
+        tmp_path / "results.json",
+        tmp_path / "model.pt",
+        TrackingOptions(experiment="weights", registered_model_name=name),
+    )
+    assert results.mlflow is not None and results.mlflow.run_id is not None
+    run_id = results.mlflow.run_id
+    client = MlflowClient(store)
+    weights = download_artifacts(
+        f"runs:/{run_id}/{tracking.STATE_DICT_ARTIFACT}", dst_path=str(tmp_path / "down")
+    )
+    assert Path(weights).read_bytes() == (tmp_path / "model.pt").read_bytes()
+    model = build_model("small-cnn", results.dataset.classes, (3, 32, 32))
+    model.load_state_dict(torch.load(weights, weights_only=True))
+    experiment = client.get_experiment_by_name("weights")
+    assert experiment is not None
+    models = client.search_logged_models(experiment_ids=[experiment.experiment_id])
+    assert [m.source_run_id for m in models] == ([run_id] if registered else [])
+    if registered:
+        (version,) = client.search_model_versions(f"name='{name}'")
+        assert version.run_id == run_id

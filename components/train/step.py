@@ -19,6 +19,7 @@ from ampbench.tracking import (
     PIPELINE_RUN_TAG,
     PRECISION_TAG,
     RESULTS_ARTIFACT,
+    STATE_DICT_ARTIFACT,
     ArmRun,
     SystemMetrics,
     preload,
@@ -167,11 +168,18 @@ def run_training(
     # On the host: the file then loads on a machine without the GPU it was trained on.
     torch.save({k: v.cpu() for k, v in trainer.model.state_dict().items()}, model_path)
     if arm_run is not None:
-        # After the outputs are written: if MLflow is down for good, nothing is lost.
-        model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
-        example = example_input(trainer.train_data.image_shape).numpy()
+        # After the outputs are written: if MLflow is down for good, nothing is lost. The
+        # weights are the file just written; only a model to register is exported as an MLflow
+        # model (torch.export and MLflow's checks of it: seconds per task).
+        model = example = None
+        if tracking.registered_model_name:
+            model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
+            example = example_input(trainer.train_data.image_shape).numpy()
         run_id = arm_run.finish(
-            {RESULTS_ARTIFACT: results_path}, model, example, tracking.registered_model_name or None
+            {RESULTS_ARTIFACT: results_path, STATE_DICT_ARTIFACT: model_path},
+            model,
+            example,
+            tracking.registered_model_name or None,
         )
         assert results.mlflow is not None
         results = dataclasses.replace(
