@@ -26,8 +26,7 @@ from ampbench.argtypes import (
 )
 from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
-from ampbench.pipelines.compile import add_build_options
-from ampbench.pipelines.submit import add_commands as _add_kfp
+from ampbench.process import skip_final_collection
 from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
 from ampbench.world import world_from_env
 
@@ -239,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
 
 # -- compile ------------------------------------------------------------------------------------
 def _add_compile(commands: argparse._SubParsersAction) -> None:
-    from ampbench.pipelines.compile import DEFAULT_OUTPUT
+    from ampbench.pipelines.compile import DEFAULT_OUTPUT, add_build_options
 
     parser = commands.add_parser(
         "compile", help="write the pipeline YAML for Kubeflow", description="Compile the pipeline."
@@ -635,7 +634,35 @@ def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None
     process.wait()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_kfp(commands: argparse._SubParsersAction) -> None:
+    from ampbench.pipelines.submit import add_commands
+
+    add_commands(commands)
+
+
+# Each command's parser, by the names it adds. submit's and upload's options are made from the
+# pipeline's parameters: building them imports KFP and builds the DAG (seconds).
+COMMAND_PARSERS: list[tuple[tuple[str, ...], Callable[[argparse._SubParsersAction], None]]] = [
+    (("run",), _add_run),
+    (("compile",), _add_compile),
+    (("submit", "upload"), _add_kfp),
+    (("prepare",), _add_prepare),
+    (("train",), _add_train),
+    (("compare",), _add_compare),
+    (("report",), _add_report),
+    (("ui",), _add_ui),
+]
+
+
+def command_in(argv: Sequence[str]) -> str | None:
+    """The command an argument list names: its first word that is no option (the top-level
+    options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `only` a command's name, that command's parser alone (any other
+    word, or None, builds them all: for the list of commands, or argparse's error naming them)."""
     parser = argparse.ArgumentParser(
         prog="ampbench",
         description="What does mixed precision buy us? AMP against FP32 training: speed, "
@@ -644,24 +671,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ampbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for add in (
-        _add_run,
-        _add_compile,
-        _add_kfp,
-        _add_prepare,
-        _add_train,
-        _add_compare,
-        _add_report,
-        _add_ui,
-    ):
-        add(commands)
+    known = only in {name for names, _ in COMMAND_PARSERS for name in names}
+    for names, add in COMMAND_PARSERS:
+        if not known or only in names:
+            add(commands)
     for command in commands.choices.values():
         command.formatter_class = DefaultsHelpFormatter
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    skip_final_collection()
+    parser = build_parser(only=command_in(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

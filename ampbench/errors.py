@@ -40,8 +40,12 @@ def read_step_errors(error_file: Path) -> list[str]:
 def reported_as_step(step: str) -> Iterator[None]:
     """Inside a pipeline step: an AmpbenchError becomes one log line and exit status 1.
 
-    KFP would otherwise print a traceback for what is the user's input error.
+    KFP would otherwise print a traceback for what is the user's input error. The step's
+    process, which ends after it, skips the final garbage collections (skip_final_collection).
     """
+    from ampbench.process import skip_final_collection  # which imports this module
+
+    skip_final_collection()
     try:
         yield
     except AmpbenchError as error:

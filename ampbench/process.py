@@ -1,14 +1,18 @@
-"""The process's own start-up, as an arm's results record it (results.Startup).
+"""A step's process: its own start-up, as an arm's results record it (results.Startup), and
+a quicker exit.
 
-Measured from the moment the kernel started this process, so that the interpreter's start and
-every import count, which no clock started inside Python could see. Standard library only:
-the engine records it on bare GPU machines too.
+The start-up is measured from the moment the kernel started the process, so that the
+interpreter's start and every import count, which no clock started inside Python could see.
+Standard library only: the engine records it on bare GPU machines too.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import time
+from functools import cache
 from pathlib import Path
 
 from ampbench.results import Startup
@@ -51,3 +55,14 @@ class StartupClock:
             imports_s=self.device_ready_s,
             state_s=self.state_ready_s - self.device_ready_s,
         )
+
+
+@cache  # once per process
+def skip_final_collection() -> None:
+    """At exit, freeze every object (gc.freeze) once the other atexit handlers have run, so
+    that the interpreter's final garbage collections do not walk the millions of objects that
+    torch, sympy and MLflow leave: 2 to 3 s of every step's exit measured here, 0.5 s after.
+    The handlers still run and objects are still released; only cycles among them are left to
+    the operating system, as at any process's end."""
+    # atexit runs the last registered first: called early, this runs after later ones.
+    atexit.register(gc.freeze)
