@@ -14,9 +14,13 @@ PYTEST_ARGS ?=
 # Two workers: much of the suite waits on subprocesses and services (KFP tasks, Ceph, MLflow),
 # so even on 2 cores a second worker shortens it; a file's tests stay on one worker.
 PYTEST_WORKERS ?= 2
+# make gpu-bundle: the target machine's Python and the bundle's folder (`:=`, so that only the
+# command line sets them: an OUT in the environment is some other tool's).
+PY := 3.12
+OUT := dist/gpu-bundle
 
 .DEFAULT_GOAL := help
-.PHONY: help run test fuzz lint format compile bench gpu-check image image-check services clean
+.PHONY: help run test fuzz lint format compile bench gpu-bundle gpu-check image image-check services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -62,7 +66,10 @@ compile: $(STAMP) ## Compile the pipeline to ampbench-pipeline.yaml (ARGS="-o FI
 bench: $(STAMP) ## Run the CPU benchmarks in benchmarks/ (minutes; prints figures)
 	$(BIN)/python benchmarks/run_all.py $(ARGS)
 
-gpu-check: ## On a GPU machine: the gpu tests, then the full experiment in every precision
+gpu-bundle: $(STAMP) ## Wheels a bare GPU machine lacks, for Python PY (3.12), into OUT (<40 MiB)
+	$(BIN)/python scripts/gpu-bundle.py --python-version $(PY) --out $(OUT) $(ARGS)
+
+gpu-check: ## On a GPU machine: tests, precision tables, a pipeline run (ARGS="--bundle DIR")
 	PYTHON=$(PYTHON) benchmarks/gpu_check.sh $(ARGS)
 
 image: ## Build the component image with docker buildx (IMAGE=name:tag; needs a Docker daemon)
@@ -72,4 +79,4 @@ image-check: ## Build the image with buildah on a stand-in base and run the step
 	PYTHON=$(PYTHON) scripts/image-check.sh $(ARGS)
 
 clean: ## Remove run outputs and caches (keeps the venvs)
-	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml gpu-check/
+	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml gpu-check/ dist/gpu-bundle/
