@@ -25,7 +25,7 @@ from ampbench.argtypes import (
     seed_list,
 )
 from ampbench.errors import AmpbenchError
-from ampbench.logs import setup_logging
+from ampbench.logs import log, setup_logging
 from ampbench.process import skip_final_collection
 from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
 from ampbench.world import world_from_env
@@ -82,6 +82,13 @@ def _add_training_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure a precision this device has no native math for (labelled emulated)",
     )
+    parser.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=TrainConfig.cuda_graphs,
+        help="on a CUDA GPU, replay each training step as one CUDA graph (the kernel launches "
+        "out of the way); --no-cuda-graphs trains eagerly. Not under torchrun",
+    )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
@@ -123,6 +130,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
         "or an s3:// URI",
     )
     _add_training_options(parser)
+    # Unset: short_run_batch_size picks it from --subset.
+    parser.set_defaults(batch_size=None)
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, help="one seed (default 0)")
     seeds.add_argument("--seeds", type=seed_list, help="several seeds, e.g. 0,1,2")
@@ -191,12 +200,25 @@ def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: ob
 
 def _run(args: argparse.Namespace) -> int:
     from ampbench.components.train import AMP_PRECISION
-    from ampbench.components.train.config import TrainConfig
+    from ampbench.components.train.config import (
+        MIN_STEPS_PER_EPOCH,
+        TrainConfig,
+        short_run_batch_size,
+    )
     from ampbench.matrix import check_matrix, matrix_runs
     from ampbench.pipelines.local import export, run_local, summary_lines
 
     models = _one_or_list(args, "model", "models", TrainConfig.model)
-    batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", TrainConfig.batch_size)
+    if args.batch_size is None and args.batch_sizes is None:
+        args.batch_size = short_run_batch_size(args.subset)
+        if args.batch_size != TrainConfig.batch_size:
+            log.info(
+                "--subset %d: batch %d, for at least %d steps an epoch (--batch-size sets it)",
+                args.subset,
+                args.batch_size,
+                MIN_STEPS_PER_EPOCH,
+            )
+    batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", None)
     precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)
     seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
     runs = matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision)
@@ -219,6 +241,7 @@ def _run(args: argparse.Namespace) -> int:
         "image_size": args.image_size,
         "target_accuracy": args.target_accuracy,
         "allow_emulated": args.allow_emulated,
+        "cuda_graphs": args.cuda_graphs,
         "allow_mismatch": args.allow_mismatch,
         "experiment": args.experiment,
         "tracking": not args.no_tracking,
@@ -410,9 +433,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--eval-batch-size",
-        type=positive_int,
+        type=non_negative_int,
         default=TrainConfig.eval_batch_size,
-        help="images per evaluation batch",
+        help="images per evaluation batch (0: the training batch)",
     )
     parser.add_argument(
         "--warmup-steps",

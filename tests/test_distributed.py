@@ -293,6 +293,7 @@ def test_the_command_line_for_other_processes_says_what_the_config_says() -> Non
         max_skipped_steps=9,
         initial_loss_scale=2.0**10,
         warmup_steps=1,
+        cuda_graphs=False,  # a default True is stated by its --no- form
     )
     # Every field is stated, so every one must round-trip.
     defaults = TrainConfig(Path())

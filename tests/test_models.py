@@ -23,7 +23,7 @@ from ampbench.components.train.config import (
     check_against_dataset,
     check_pipeline_settings,
 )
-from ampbench.components.train.data import DeviceSplit, step_generator
+from ampbench.components.train.data import DeviceSplit, draw_crop_flip, step_generator
 from ampbench.components.train.engine import train
 from ampbench.components.train.models import (
     SmallViT,
@@ -123,8 +123,9 @@ def test_batches_are_resized_after_crop_and_flip_before_normalisation() -> None:
     resized = DeviceSplit(split, CPU, mean, std, image_size=20)
     assert (plain.image_shape, resized.image_shape) == ((3, 8, 8), (3, 20, 20))
     rows = torch.tensor([2, 0, 3])
-    batch, labels = resized.train_batch(rows, step_generator(CPU, 1, 0, 0))
-    unresized, _ = plain.train_batch(rows, step_generator(CPU, 1, 0, 0))  # the same crops
+    offsets, flip = draw_crop_flip(len(rows), step_generator(CPU, 1, 0, 0))
+    batch, labels = resized.train_batch(rows, offsets, flip)
+    unresized, _ = plain.train_batch(rows, offsets, flip)  # the same crops
     assert batch.shape == (3, 3, 20, 20) and labels.tolist() == [2, 0, 3]
     assert batch.is_contiguous(memory_format=torch.channels_last)
     # Bilinear weights sum to 1, so resizing commutes with the per-channel normalisation: the

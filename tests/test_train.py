@@ -8,8 +8,12 @@ import pytest
 import torch
 
 from ampbench.components.train import precision as precision_module
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.data import random_crop_flip, step_generator
+from ampbench.components.train.config import (
+    MIN_STEPS_PER_EPOCH,
+    TrainConfig,
+    short_run_batch_size,
+)
+from ampbench.components.train.data import crop_flip, draw_crop_flip, step_generator
 from ampbench.components.train.engine import Trainer, train
 from ampbench.components.train.precision import math_mode, resolve
 from ampbench.components.train.step import run_training
@@ -169,8 +173,8 @@ def test_autocast_dtype_is_observed_inside_the_forward_pass(
     seen: list[torch.dtype] = []
     first_conv = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.Conv2d))
     first_conv.register_forward_hook(lambda _m, _i, output: seen.append(output.dtype))
-    rows = torch.arange(trainer.config.batch_size)
-    trainer.train_step(trainer.model, rows, epoch=0, step=0)
+    order = torch.arange(trainer.config.batch_size)
+    trainer.take_step(trainer.step_inputs(order, epoch=0, step=0), global_step=0)
     assert seen == [expected]
 
 
@@ -249,9 +253,11 @@ def test_results_record_what_ran(synthetic_dataset: Path, tmp_path: Path) -> Non
 
 def test_augmentation_keeps_shapes_and_is_seed_reproducible() -> None:
     images = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8)
-    first = random_crop_flip(images, step_generator(CPU, 1, 0, 5))
-    again = random_crop_flip(images, step_generator(CPU, 1, 0, 5))
-    other = random_crop_flip(images, step_generator(CPU, 1, 0, 6))
+
+    def augmented(step: int) -> torch.Tensor:
+        return crop_flip(images, *draw_crop_flip(len(images), step_generator(CPU, 1, 0, step)))
+
+    first, again, other = augmented(5), augmented(5), augmented(6)
     assert first.shape == images.shape and first.dtype == torch.uint8
     assert torch.equal(first, again)
     assert not torch.equal(first, other)
@@ -324,3 +330,13 @@ def test_settings_the_prepared_data_rules_out(settings: dict, pattern: str) -> N
         check_against_dataset(metadata, **settings)
     check_against_dataset(metadata, batch_size=40, model="resnet18")  # what fits passes
     check_against_dataset(metadata, batch_size=10, processes=4)
+
+
+@pytest.mark.parametrize(
+    ("subset", "batch"), [(0, 128), (50_000, 128), (2048, 128), (1000, 32), (512, 32), (100, 8)]
+)
+def test_a_short_run_takes_a_batch_that_gives_it_steps(subset: int, batch: int) -> None:
+    """`ampbench run --subset 512` without --batch-size: 16 steps of 32, not 4 of 128 (a first
+    try that learned nothing); the full experiment keeps 128."""
+    assert short_run_batch_size(subset) == batch
+    assert batch == 8 or subset == 0 or subset // batch >= MIN_STEPS_PER_EPOCH

@@ -106,7 +106,7 @@ def test_sigkill_mid_epoch_then_resume_ends_like_an_uninterrupted_run(
     kept = sorted(checkpoints.glob("ckpt-*.pt"))
     assert len(kept) == 3  # --keep-checkpoints defaults to 3
     state = torch.load(kept[-1], weights_only=True)
-    assert {"model", "optimizer", "scheduler", "scaler", "rng", "loop"} <= set(state)
+    assert {"model", "optimizer", "scaler", "rng", "loop"} <= set(state)
     assert state["loop"]["epoch"] == 2
 
 
@@ -191,7 +191,7 @@ def test_a_skipped_first_step_leaves_the_fused_optimizer_sound() -> None:
     for fused in (False, True):
         torch.manual_seed(0)
         model = torch.nn.Linear(64, 10)
-        optimizer = build_optimizer(model, config, fused=fused)
+        optimizer = build_optimizer(model, config, torch.tensor(config.lr), fused=fused)
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
         inputs, labels = torch.randn(32, 64), torch.randint(0, 10, (32,))
         for step in range(3):
@@ -273,7 +273,8 @@ def test_the_warm_up_puts_back_everything_a_step_changes(synthetic_dataset: Path
     trainer.train_step = recording_step  # type: ignore[method-assign]
     trainer.warm_up(trainer.model)
     after = trainer.training_state()
-    assert after["scaler"] == before["scaler"] and after["scheduler"] == before["scheduler"]
+    assert after["scaler"] == before["scaler"]
+    assert after["optimizer"]["param_groups"] == before["optimizer"]["param_groups"]
     for index, state in before["optimizer"]["state"].items():  # zero momentum, as made
         assert torch.equal(
             after["optimizer"]["state"][index]["momentum_buffer"], state["momentum_buffer"]

@@ -22,6 +22,7 @@ DEFAULTS = {
     "subset": TrainConfig.subset,
     "checkpoint_every": TrainConfig.checkpoint_every,
     "allow_emulated": TrainConfig.allow_emulated,
+    "cuda_graphs": TrainConfig.cuda_graphs,
     "grad_comm": TrainConfig.grad_comm,
     "experiment": DEFAULT_EXPERIMENT,
 }
@@ -48,6 +49,7 @@ def train(
     subset: int,
     checkpoint_every: int,
     allow_emulated: bool,
+    cuda_graphs: bool,
     grad_comm: str,
     experiment: str,
     checkpoint_dir: str = "",
@@ -135,6 +137,7 @@ def train(
             checkpoint_every=checkpoint_every if checkpoint_dir else 0,
             resume=bool(checkpoint_dir),
             allow_emulated=allow_emulated,
+            cuda_graphs=cuda_graphs,
             grad_comm=grad_comm,
         )
         outputs = (Path(results.path), Path(model.path))

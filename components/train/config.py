@@ -36,7 +36,7 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     warmup_fraction: float = 0.25
-    eval_batch_size: int = 512
+    eval_batch_size: int = 0  # 0: the training batch, whose kernels the warm-up chose
     subset: int = 0
     device: str = "auto"
     checkpoint_dir: str | None = None
@@ -50,6 +50,8 @@ class TrainConfig:
     target_accuracy: float = 0.0  # stop at the first epoch reaching it (0: off)
     image_size: int = 0  # resize batches to image_size x image_size on the device (0: as prepared)
     grad_comm: str = "fp32"  # gradient all-reduce precision under torchrun (GRAD_COMM)
+    # Replay each training step as one CUDA graph (graphs.py); on CUDA in one process only.
+    cuda_graphs: bool = True
 
     @classmethod
     def from_options(cls, options: object, dataset_dir: Path) -> TrainConfig:
@@ -64,7 +66,6 @@ class TrainConfig:
         positive = {
             "--epochs": self.epochs,
             "--batch-size": self.batch_size,
-            "--eval-batch-size": self.eval_batch_size,
             "--keep-checkpoints": self.keep_checkpoints,
             "--max-skipped-steps": self.max_skipped_steps,
         }
@@ -98,9 +99,10 @@ class TrainConfig:
             raise AmpbenchError(
                 f"--image-size: must be 0 (as prepared) or positive, not {self.image_size}"
             )
-        if self.subset < 0 or self.checkpoint_every < 0 or self.warmup_steps < 0:
+        if min(self.subset, self.checkpoint_every, self.warmup_steps, self.eval_batch_size) < 0:
             raise AmpbenchError(
-                "--subset, --checkpoint-every and --warmup-steps: must be 0 (off) or positive"
+                "--subset, --checkpoint-every, --warmup-steps and --eval-batch-size: must be 0 "
+                "(off; for --eval-batch-size, the training batch) or positive"
             )
         if self.compile and self.warmup_steps == 0:
             raise AmpbenchError(
@@ -117,6 +119,20 @@ class TrainConfig:
         skip |= {"allow_emulated"}
         values = {k: v for k, v in asdict(self).items() if k not in skip}
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
+
+
+# A first try on a small --subset must learn something: 4 steps of 128 on 512 images do not.
+MIN_STEPS_PER_EPOCH = 16
+
+
+def short_run_batch_size(subset: int) -> int:
+    """The batch `ampbench run` trains with when none is given: TrainConfig's, or where
+    --subset keeps too few images for MIN_STEPS_PER_EPOCH steps of it, the largest power of
+    two that gives them (at least 8). The full experiment's batch is unchanged."""
+    batch = TrainConfig.batch_size
+    while subset and batch > 8 and subset // batch < MIN_STEPS_PER_EPOCH:
+        batch //= 2
+    return batch
 
 
 def model_name_problem(name: str) -> str | None:

@@ -13,6 +13,8 @@ import torch
 from ampbench.dataset_format import SplitTensors
 
 CROP_PADDING = 4
+# cross_entropy's default ignore_index: padding rows count in neither loss nor accuracy.
+IGNORE_LABEL = -100
 
 
 def step_generator(device: torch.device, seed: int, epoch: int, step: int) -> torch.Generator:
@@ -31,28 +33,37 @@ def epoch_order(count: int, seed: int, epoch: int, device: torch.device) -> torc
     return torch.randperm(count, generator=generator).to(device)
 
 
-def random_crop_flip(
-    images: torch.Tensor,
+def draw_crop_flip(
+    batch: int,
     generator: torch.Generator,
     padding: int = CROP_PADDING,
     shard: tuple[int, int] = (0, 1),
-) -> torch.Tensor:
-    """Random crop after zero-padding by `padding`, and a random horizontal flip, per image.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The random part of crop_flip, per image: crop offsets (2 x batch) and flips (batch).
 
-    One gather does both: row indices pick the crop, reversed column indices the flip.
     shard (index, count): the images are part `index` of a batch `count` times their number
     (a rank's part of the global batch); the draws are made for the whole batch and this
     part's taken, so that each image gets the crop and flip one process would give it.
     """
-    batch, channels, height, width = images.shape
-    device = images.device
     index, count = shard
     part = slice(index * batch, (index + 1) * batch)
-    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
+    device = generator.device
     offsets = torch.randint(
         0, 2 * padding + 1, (2, batch * count), device=device, generator=generator
     )[:, part]
     flip = torch.randint(0, 2, (batch * count,), device=device, generator=generator)[part].bool()
+    return offsets, flip
+
+
+def crop_flip(
+    images: torch.Tensor, offsets: torch.Tensor, flip: torch.Tensor, padding: int = CROP_PADDING
+) -> torch.Tensor:
+    """Crop after zero-padding by `padding` at `offsets`, and flip horizontally where `flip`
+    says, per image: one gather does both (row indices pick the crop, reversed column indices
+    the flip). Deterministic, so that a CUDA graph can replay it on new draws."""
+    batch, channels, height, width = images.shape
+    device = images.device
+    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
     rows = offsets[0, :, None] + torch.arange(height, device=device)
     cols = offsets[1, :, None] + torch.arange(width, device=device)
     cols = torch.where(flip[:, None], cols.flip(1), cols)
@@ -112,17 +123,25 @@ class DeviceSplit:
         return normalized.contiguous(memory_format=torch.channels_last)
 
     def train_batch(
-        self, rows: torch.Tensor, generator: torch.Generator, shard: tuple[int, int] = (0, 1)
+        self, rows: torch.Tensor, offsets: torch.Tensor, flip: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Crop and flip at the prepared size (the padding is in its pixels), then resize.
-        images = random_crop_flip(self.images[rows], generator, shard=shard)
+        """The rows' images cropped and flipped as drawn (draw_crop_flip) at the prepared size
+        (the padding is in its pixels), then resized and normalised; and their labels."""
+        images = crop_flip(self.images[rows], offsets, flip)
         return self.normalize(images), self.labels[rows]
 
     def eval_batches(
         self, batch_size: int, part: slice = slice(None)
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The split (or `part` of it: a rank's share) in batches of batch_size."""
+        """The split (or `part` of it: a rank's share) in batches of batch_size, the last one
+        padded to that size with blank images labelled IGNORE_LABEL: every batch has the one
+        shape whose kernels were chosen (cuDNN autotunes each new shape)."""
         first, last, _ = part.indices(len(self))
         for start in range(first, last, batch_size):
             stop = min(start + batch_size, last)
-            yield self.normalize(self.images[start:stop]), self.labels[start:stop]
+            images, labels = self.images[start:stop], self.labels[start:stop]
+            short = batch_size - (stop - start)
+            if short and stop - start < len(self):
+                images = torch.cat([images, images.new_zeros((short, *images.shape[1:]))])
+                labels = torch.cat([labels, labels.new_full((short,), IGNORE_LABEL)])
+            yield self.normalize(images), labels

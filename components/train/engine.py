@@ -8,8 +8,9 @@ The measurement protocol, the same for every entry point (the pipeline's train s
    first step).
 3. An untimed warm-up of `warmup_steps` real training steps pays the one-time costs - CUDA's
    lazy module loading, cuDNN autotuning, the allocator's growth, torch.compile - and is then
-   undone (model, optimizer, scheduler, scaler, counters and RNG put back), so the trajectory
-   is the one an unwarmed run would take.
+   undone (model, optimizer, scaler, counters and RNG put back), so the trajectory is the one
+   an unwarmed run would take. On CUDA the step is then captured as one CUDA graph (graphs.py)
+   and every timed step replays it.
 4. The clock runs over the training steps only, device-synchronised; evaluation and checkpoint
    writes are timed apart, and whoever tracks the run (MLflow) does its work between epochs,
    never while steps are timed.
@@ -18,6 +19,7 @@ What each figure means is written once, in ampbench/results.py (DEFINITIONS and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import importlib.metadata
@@ -25,7 +27,6 @@ import os
 import platform
 import random
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,9 +39,15 @@ from torch import nn
 from ampbench import __version__
 from ampbench.components.train import checkpoint, distributed
 from ampbench.components.train.config import TrainConfig, check_against_dataset
-from ampbench.components.train.data import DeviceSplit, epoch_order, step_generator
+from ampbench.components.train.data import (
+    DeviceSplit,
+    draw_crop_flip,
+    epoch_order,
+    step_generator,
+)
 from ampbench.components.train.flops import flop_counter_mode, peak_tflops, train_step_flops
 from ampbench.components.train.fp8 import convert_for_fp8
+from ampbench.components.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
 from ampbench.components.train.models import build_model, parameter_count
 from ampbench.components.train.precision import (
     Precision,
@@ -148,6 +155,7 @@ class MemoryMeter:
         self.baseline = self.resident = (0.0, 0.0)  # (allocated or RSS, reserved) in bytes
         self.total_peak = (0.0, 0.0)
         self.train_peak = (0.0, 0.0)
+        self.step_peak = (0.0, 0.0)  # a captured step's peak: replays allocate nothing
 
     @staticmethod
     def _status_bytes(field_name: str) -> float:
@@ -165,10 +173,21 @@ class MemoryMeter:
 
     def _peak(self) -> tuple[float, float]:
         if self.cuda:
-            return float(torch.cuda.max_memory_allocated(self.device)), float(
-                torch.cuda.max_memory_reserved(self.device)
+            peak = (
+                float(torch.cuda.max_memory_allocated(self.device)),
+                float(torch.cuda.max_memory_reserved(self.device)),
             )
-        return self._status_bytes("VmHWM"), 0.0
+        else:
+            peak = self._status_bytes("VmHWM"), 0.0
+        return max(peak[0], self.step_peak[0]), max(peak[1], self.step_peak[1])
+
+    def hold_step_peak(self) -> None:
+        """Count the current window's peak in every window after it: a CUDA graph's memory is
+        allocated once, while it is captured, and each replay uses it again unseen by the
+        allocator's statistics. Opens a new window, like skip_window."""
+        self._settle()
+        self.step_peak = self._peak()
+        self._reset_device_peak()
 
     def _settle(self) -> None:
         if self.cuda:
@@ -326,34 +345,42 @@ class LoopState:
 
 @dataclass
 class DeviceCounters:
-    """Per-step statistics kept on the device so that the hot loop never waits for the host."""
+    """Per-step statistics of the current epoch, kept on the device so that the hot loop never
+    waits for the host. Changed in place only: a captured CUDA graph holds their addresses."""
 
     loss_sum: torch.Tensor
     correct: torch.Tensor
-    first_bad_step: torch.Tensor  # first step with a non-finite loss (non-fp16), -1 if none
+    steps: torch.Tensor  # steps taken this epoch
+    first_bad_step: torch.Tensor  # the epoch's first step with a non-finite loss, -1 if none
     skipped: torch.Tensor  # fp16 steps the GradScaler skipped, this epoch
     skip_streak: torch.Tensor
     longest_skip_streak: torch.Tensor
 
     @classmethod
     def zeros(cls, device: torch.device) -> DeviceCounters:
-        def zero() -> torch.Tensor:
-            return torch.zeros((), device=device, dtype=torch.float64)
-
-        counters = cls(zero(), zero(), zero(), zero(), zero(), zero())
-        counters.first_bad_step.fill_(-1)
+        names = [field.name for field in dataclasses.fields(cls)]
+        counters = cls(*(torch.zeros((), device=device, dtype=torch.float64) for _ in names))
+        counters.reset()
         return counters
 
+    def reset(self) -> None:
+        for tensor in self.state().values():
+            tensor.zero_()
+        self.first_bad_step.fill_(-1)
+
     def state(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
-    @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor]) -> DeviceCounters:
-        return cls(**state)
+    def load(self, state: dict[str, torch.Tensor]) -> None:
+        for name, tensor in self.state().items():
+            tensor.copy_(state[name])
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig, fused: bool) -> torch.optim.SGD:
-    """SGD with Nesterov momentum, its momentum buffers made (as zeros) up front.
+def build_optimizer(
+    model: nn.Module, config: TrainConfig, lr: torch.Tensor, fused: bool
+) -> torch.optim.SGD:
+    """SGD with Nesterov momentum, its momentum buffers made (as zeros) up front, reading its
+    learning rate from the tensor `lr` (the loop fills it in place: a CUDA graph replays it).
 
     Fused SGD creates missing buffers with torch.empty_like and fills them in its first step,
     unless the GradScaler finds an inf there and the kernel returns early: then the next step
@@ -363,7 +390,7 @@ def build_optimizer(model: nn.Module, config: TrainConfig, fused: bool) -> torch
     """
     optimizer = torch.optim.SGD(
         model.parameters(),
-        lr=config.lr,
+        lr=lr,
         momentum=config.momentum,
         nesterov=True,
         weight_decay=config.weight_decay,
@@ -401,6 +428,10 @@ class Trainer:
         # Settle the precision first: an impossible one fails before any data is read.
         self.precision = resolve(config.precision, self.device, config.allow_emulated)
         log.info("precision: %s (%s)", self.precision.label, self.precision.support)
+        self.cuda_graphs, graphs_state = settle_cuda_graphs(
+            config.cuda_graphs, self.device, self.world, config.warmup_steps, config.compile
+        )
+        log.info("CUDA graphs: %s", graphs_state)
         seed_everything(config.seed, config.deterministic)
         self.memory = MemoryMeter(self.device)
         self.memory.start()
@@ -435,6 +466,7 @@ class Trainer:
         }
         # --batch-size is each process's; a step trains on the global batch.
         self.global_batch = config.batch_size * self.world.size
+        self.eval_batch_size = config.eval_batch_size or config.batch_size
         self.steps_per_epoch = len(self.train_data) // self.global_batch
         self.model = build_model(
             config.model, len(self.metadata["classes"]), self.train_data.image_shape
@@ -451,9 +483,12 @@ class Trainer:
             log.info("fp8: %d Linear layers converted (%s)", converted, self.precision.fp8_recipe)
         # On CUDA the fused kernel takes the GradScaler's inf check on the device; any other
         # optimizer makes scaler.step() wait for the host on every fp16 step.
-        self.optimizer = build_optimizer(self.model, config, fused=self.device.type == "cuda")
+        # float32: the fused CUDA kernel reads a tensor learning rate as a float.
+        self.lr = torch.zeros((), device=self.device, dtype=torch.float32)
+        self.optimizer = build_optimizer(
+            self.model, config, self.lr, fused=self.device.type == "cuda"
+        )
         self.schedule = OneCycle(self.steps_per_epoch * config.epochs, config.warmup_fraction)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
         self.scaler = torch.amp.GradScaler(
             self.device.type,
             init_scale=config.initial_loss_scale,
@@ -462,6 +497,8 @@ class Trainer:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=config.label_smoothing)
         self.state = LoopState()
         self.counters = DeviceCounters.zeros(self.device)
+        # run() makes it anew around the model it trains (DDP-wrapped, compiled).
+        self.run_step = StepRunner(lambda inputs: self.train_step(self.model, inputs))
         self.resumed_from: str | None = None
         self.warmup_s = 0.0
         self.compile_s = 0.0
@@ -474,7 +511,6 @@ class Trainer:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": checkpoint.rng_states(),
             "counters": self.counters.state(),
@@ -483,16 +519,16 @@ class Trainer:
     def load_training_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        for group in self.optimizer.param_groups:  # the loaded group holds a copy of the rate
+            self.lr.copy_(torch.as_tensor(group["lr"]))
+            group["lr"] = self.lr
         self.scaler.load_state_dict(state["scaler"])
         checkpoint.restore_rng_states(state["rng"])
-        self.counters = DeviceCounters.from_state(
-            {name: value.to(self.device) for name, value in state["counters"].items()}
-        )
+        self.counters.load(state["counters"])
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a checkpoint to continue this run (not how it is measured)."""
-        measurement_only = {"compile", "warmup_steps"}
+        measurement_only = {"compile", "warmup_steps", "cuda_graphs", "eval_batch_size"}
         return {
             "dataset_sha256": self.metadata["source"]["sha256"],
             "dataset_counts": self.metadata["counts"],
@@ -560,7 +596,7 @@ class Trainer:
         first_bad = torch.where(counters.first_bad_step < 0, never, counters.first_bad_step)
         streak_and_bad = torch.stack([counters.longest_skip_streak, -first_bad])
         longest_streak, bad = distributed.all_reduce(streak_and_bad, "max").tolist()
-        bad = -1 if -bad == never else int(-bad)
+        bad = -1 if -bad == never else self.state.epoch * self.steps_per_epoch + int(-bad)
         if self.precision.grad_scaler:
             streak = int(longest_streak)
             if streak >= self.config.max_skipped_steps:
@@ -580,9 +616,10 @@ class Trainer:
         """The FLOPs of one training step, counted once on the eager model (flops.py); the
         caller puts the training state back (the step moves BatchNorm's running stats)."""
         rows = torch.arange(self.config.batch_size, device=self.device)
-        images, labels = self.train_data.train_batch(
-            rows, step_generator(self.device, self.config.seed, 0, 0)
+        offsets, flip = draw_crop_flip(
+            len(rows), step_generator(self.device, self.config.seed, 0, 0)
         )
+        images, labels = self.train_data.train_batch(rows, offsets, flip)
         self.record_flops(
             train_step_flops(self.model, images, labels, self.criterion, self.precision.autocast())
         )
@@ -604,7 +641,8 @@ class Trainer:
 
     def warm_up(self, model: nn.Module) -> None:
         """Untimed real training steps that pay the one-time costs, then undone (step 3 of
-        the protocol in the module docstring); the FLOPs of a step are counted here too."""
+        the protocol in the module docstring); the FLOPs of a step are counted here too, and
+        the step is captured as a CUDA graph where it is replayed."""
         steps = self.config.warmup_steps
         if self.state.epoch >= self.config.epochs:  # nothing left to time
             return
@@ -614,35 +652,63 @@ class Trainer:
         counted_in_warm_up = steps > 0 and model is self.model
         if not counted_in_warm_up:
             self.count_flops()
-        if steps == 0:
+        if steps == 0:  # no graph either: settle_cuda_graphs asks for a warm-up step
             self.load_training_state(saved)
             return
         epoch = self.state.epoch
         order = epoch_order(len(self.train_data), self.config.seed, epoch, self.device)
         started = time.perf_counter()
-        with Progress(steps, f"warm-up {self.precision.name}", unit="step") as progress:
+        # A step to be captured warms up on a side stream, as torch.cuda.graphs asks.
+        stream = torch.cuda.Stream(self.device) if self.cuda_graphs else None
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+        with (
+            Progress(steps, f"warm-up {self.precision.name}", unit="step") as progress,
+            torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext(),
+        ):
             for warm_step in range(steps):
-                step = warm_step % self.steps_per_epoch
-                rows = self.step_rows(order, step)
+                inputs = self.step_inputs(order, epoch, warm_step % self.steps_per_epoch)
+                global_step = self.state.global_step + warm_step
                 if warm_step == 0 and counted_in_warm_up:
                     with flop_counter_mode() as counter:
-                        self.train_step(model, rows, epoch, step)
+                        self.take_step(inputs, global_step)
                     self.record_flops(counter.get_total_flops())
                 else:
-                    self.train_step(model, rows, epoch, step)
+                    self.take_step(inputs, global_step)
                 progress.update()
                 if warm_step == 0 and self.config.compile:
                     _sync(self.device)
                     self.compile_s = time.perf_counter() - started
+        if stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(stream)
         _sync(self.device)
-        self.warmup_s = time.perf_counter() - started
         self.load_training_state(saved)
+        if self.cuda_graphs:
+            self.capture()
+        self.warmup_s = time.perf_counter() - started
         log.info(
-            "warm-up: %d steps in %.1f s%s, undone; not counted in training time",
+            "warm-up: %d steps%s in %.1f s%s, undone; not counted in training time",
             steps,
+            " and the CUDA graph's capture" if self.cuda_graphs else "",
             self.warmup_s,
             f" (compilation {self.compile_s:.1f} s)" if self.config.compile else "",
         )
+
+    def capture(self) -> None:
+        """Record the training step as a CUDA graph (graphs.py); its memory, allocated now
+        and reused by every replay, counts in every training window's peak."""
+        self.memory.skip_window()  # the warm-up's peak holds cuDNN's autotuning
+        self.optimizer.zero_grad(set_to_none=True)  # the gradients live in the graph's pool
+        try:
+            self.run_step.capture()
+        except RuntimeError as error:
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else "no detail"
+            raise AmpbenchError(
+                f"--cuda-graphs: the training step of {self.config.model} in "
+                f"{self.precision.name} cannot be captured as a CUDA graph ({detail}); "
+                "train it with --no-cuda-graphs"
+            ) from None
+        self.memory.hold_step_peak()
 
     def step_rows(self, order: torch.Tensor, step: int) -> torch.Tensor:
         """This rank's part of the step's global batch: the rows one process would train on
@@ -650,14 +716,29 @@ class Trainer:
         start = step * self.global_batch + self.world.rank * self.config.batch_size
         return order[start : start + self.config.batch_size]
 
-    def train_step(self, model: nn.Module, rows: torch.Tensor, epoch: int, step: int) -> None:
-        config, counters = self.config, self.counters
-        images, labels = self.train_data.train_batch(
-            rows,
-            step_generator(self.device, config.seed, epoch, step),
-            (self.world.rank, self.world.size),
+    def step_inputs(self, order: torch.Tensor, epoch: int, step: int) -> StepInputs:
+        """What a step takes from outside the graph: its rows of the epoch's order, and the
+        crops and flips drawn from the step's own random stream."""
+        rows = self.step_rows(order, step)
+        offsets, flip = draw_crop_flip(
+            len(rows),
+            step_generator(self.device, self.config.seed, epoch, step),
+            shard=(self.world.rank, self.world.size),
         )
-        with self.precision.autocast():
+        return StepInputs(rows, offsets, flip)
+
+    def take_step(self, inputs: StepInputs, global_step: int) -> None:
+        """One training step at the learning rate of `global_step` (eager, or a graph replay)."""
+        self.lr.fill_(self.config.lr * self.schedule(global_step))
+        self.run_step(inputs)
+
+    def train_step(self, model: nn.Module, inputs: StepInputs) -> None:
+        """The step a CUDA graph captures: nothing here may wait for the host or replace a
+        tensor that outlives the step (the counters, the scale and the rate change in place)."""
+        counters = self.counters
+        images, labels = self.train_data.train_batch(inputs.rows, inputs.offsets, inputs.flip)
+        # Under capture autocast must not cache its casts (torch.cuda.graphs' AMP rule).
+        with self.precision.autocast(cache_enabled=not self.cuda_graphs):
             logits = model(images)
             loss = self.criterion(logits, labels)
         self.optimizer.zero_grad(set_to_none=True)
@@ -666,7 +747,6 @@ class Trainer:
             scale_before = self.scaler._scale.clone()  # type: ignore[union-attr]
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.scheduler.step()
         counters.loss_sum += loss.detach().double() * len(labels)
         counters.correct += (logits.argmax(dim=1) == labels).sum()
         if self.precision.grad_scaler:
@@ -678,11 +758,11 @@ class Trainer:
                 counters.longest_skip_streak, counters.skip_streak, out=counters.longest_skip_streak
             )
         else:
-            finite = torch.isfinite(loss.detach())
-            first = (counters.first_bad_step < 0) & ~finite
+            first = (counters.first_bad_step < 0) & ~torch.isfinite(loss.detach())
             counters.first_bad_step.copy_(
-                torch.where(first, float(self.state.global_step), counters.first_bad_step)
+                torch.where(first, counters.steps, counters.first_bad_step)
             )
+        counters.steps += 1
 
     def run(self) -> ArmResults:
         config, state = self.config, self.state
@@ -703,8 +783,10 @@ class Trainer:
         model = distributed.wrap(self.model, self.device, config.grad_comm)
         if config.compile:
             model = torch.compile(model, dynamic=False)
+        self.run_step = StepRunner(lambda inputs: self.train_step(model, inputs))
+        dropped = len(self.train_data) - self.steps_per_epoch * self.global_batch
         log.info(
-            "train: %s on %s (%s), %s, %d images, %d epochs x %d steps, batch %d%s",
+            "train: %s on %s (%s), %s, %d images, %d epochs x %d steps, batch %d%s%s",
             config.model,
             self.device,
             self.device_record.name,
@@ -717,10 +799,12 @@ class Trainer:
             f"gradients all-reduced in {config.grad_comm})"
             if self.world.distributed
             else "",
+            f"; full batches only: the last {dropped} images of each epoch's order are not "
+            "trained on"
+            if dropped
+            else "",
         )
-        with math_mode(self.precision), warnings.catch_warnings():
-            # When fp16's first step is skipped, torch warns that the scheduler stepped first.
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+        with math_mode(self.precision):
             self.memory.mark_resident()
             self.warm_up(model)  # inside math_mode: the code warmed up is the code timed
             self.memory.skip_window()
@@ -737,8 +821,9 @@ class Trainer:
                     unit="step",
                 ) as progress:
                     while state.step < self.steps_per_epoch:
-                        step = state.step
-                        self.train_step(model, self.step_rows(order, step), epoch, step)
+                        self.take_step(
+                            self.step_inputs(order, epoch, state.step), state.global_step
+                        )
                         state.step += 1
                         state.global_step += 1
                         progress.update()
@@ -776,7 +861,7 @@ class Trainer:
                 state.epoch += 1
                 state.step = 0
                 state.epoch_elapsed_s = 0.0
-                self.counters = DeviceCounters.zeros(self.device)
+                self.counters.reset()
                 if config.checkpoint_dir:
                     self.save_checkpoint()
                 # Whoever tracks the run does its work here, between epochs, off the clock.
@@ -796,9 +881,7 @@ class Trainer:
         distributed.broadcast_buffers(self.model)
         eval_start = time.perf_counter()
         evaluated = {
-            split: evaluate(
-                self.model, data, self.precision, self.config.eval_batch_size, self.world
-            )
+            split: evaluate(self.model, data, self.precision, self.eval_batch_size, self.world)
             for split, data in self.eval_data.items()
         }
         self.state.eval_time_s += time.perf_counter() - eval_start
@@ -857,7 +940,8 @@ class Trainer:
             device=self.device_record,
             model=self.config.model,
             parameters=parameter_count(self.model),
-            hyperparameters=self.config.hyperparameters(),
+            # Whether the steps were replayed as a CUDA graph, as the device settled it.
+            hyperparameters={**self.config.hyperparameters(), "cuda_graphs": self.cuda_graphs},
             dataset=DatasetRecord(
                 path=str(self.config.dataset_dir),
                 source=dataset["source"]["spec"],

@@ -42,8 +42,8 @@ def train_arguments(
         if field.name == "dataset_dir" or unstated:
             continue
         option = "--" + field.name.replace("_", "-")
-        if isinstance(value, bool):
-            arguments += [option] if value else []
+        if isinstance(value, bool):  # a default True is turned off by its --no- form
+            arguments.append(option if value else "--no-" + option.removeprefix("--"))
         elif value is not None:
             arguments += [option, str(value)]
     if tracking is None:

@@ -42,7 +42,7 @@ def small_cnn(num_classes: int, width: int = 64) -> nn.Module:
         _conv_block(width // 2, width),
         _conv_block(width, 2 * width),
         _conv_block(2 * width, 4 * width),
-        nn.AdaptiveMaxPool2d(1),
+        nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
         nn.Linear(4 * width, num_classes),
     )

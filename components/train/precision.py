@@ -93,10 +93,12 @@ class Precision:
         detail += ["EMULATED"] if self.emulated else []
         return f"{self.requested} ({', '.join(detail)})" if detail else self.requested
 
-    def autocast(self) -> AbstractContextManager[object]:
+    def autocast(self, cache_enabled: bool = True) -> AbstractContextManager[object]:
         if self.autocast_dtype is None:
             return nullcontext()
-        return torch.autocast(self.device_type, dtype=self.autocast_dtype)
+        return torch.autocast(
+            self.device_type, dtype=self.autocast_dtype, cache_enabled=cache_enabled
+        )
 
     def record(self) -> PrecisionRecord:
         return PrecisionRecord(
