@@ -159,7 +159,7 @@ def test_direct_artifact_mode(
     assert run.info.artifact_uri.startswith(f"s3://{mlflow_server_direct.bucket}/direct/")
     keys = rgw.list_keys(mlflow_server_direct.bucket, "direct/")
     assert any(run.info.run_id in key and key.endswith("results.json") for key in keys)
-    assert any("MLmodel" in key for key in keys)
+    assert any(run.info.run_id in key and key.endswith("model/state_dict.pth") for key in keys)
 
 
 def train_config(dataset: Path, epochs: int) -> TrainConfig:
