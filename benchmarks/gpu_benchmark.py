@@ -8,7 +8,7 @@ compare step's own code: the RESULTS block, a table of steady-state speedup, end
 ratio, memory ratio and accuracy delta with their intervals, and the verdict. All of it is
 written as JSON.
 
-Beside each engine arm, a bare-loop arm in a process of its own (--no-bare: none): the same
+Beside each engine arm, a bare-loop arm, one process for a batch size's (--no-bare: none): the same
 model (ampbench's build_model), batch and precision (autocast dtype, GradScaler for fp16 only,
 the engine's TF32 switches, channels_last, SGD with Nesterov momentum, cudnn.benchmark), on
 random images already on the device, WARM-UP untimed steps then STEPS timed ones: the floor
@@ -155,24 +155,39 @@ def train_one_arm(args: argparse.Namespace) -> int:
 
 
 def bare_loop(args: argparse.Namespace) -> int:
-    """The child of a bare-loop arm: its images/s written as JSON to args.bare_results."""
+    """The child of a batch size's bare-loop arms: one process for all its precisions (the
+    floor needs no process of its own each; their start-ups were a third of the GPU check),
+    each one's images/s, or why it cannot run here, as a JSON line in args.bare_results."""
     import torch
+
+    from ampbench.components.train.engine import pick_device
+    from ampbench.components.train.precision import resolve
+    from ampbench.dataset_format import read_metadata
+
+    device = pick_device(args.device)
+    metadata = read_metadata(args.dataset)
+    lines = []
+    for name in args.precision.split(","):
+        try:
+            precision = resolve(name, device, args.allow_emulated)
+        except AmpbenchError as error:
+            lines.append({"precision": name, "cannot_run": str(error)})
+            continue
+        lines.append(bare_arm(args, torch, device, precision, metadata))
+    args.bare_results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return 0
+
+
+def bare_arm(args: argparse.Namespace, torch: Any, device: Any, precision: Any,
+             metadata: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """One precision's bare loop: the model, optimizer and a batch already on the device."""
     from torch import nn
 
     from ampbench.components.train.config import TrainConfig, model_input_shape
-    from ampbench.components.train.engine import pick_device
     from ampbench.components.train.fp8 import convert_for_fp8
     from ampbench.components.train.models import build_model
-    from ampbench.components.train.precision import math_mode, resolve
-    from ampbench.dataset_format import read_metadata
+    from ampbench.components.train.precision import math_mode
 
-    try:
-        device = pick_device(args.device)
-        precision = resolve(args.precision, device, args.allow_emulated)
-    except AmpbenchError as error:
-        print(f"{error}", file=sys.stderr)
-        return CANNOT_RUN_HERE
-    metadata = read_metadata(args.dataset)
     shape = model_input_shape(metadata["image_shape"])
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = True  # as the engine sets it outside --deterministic
@@ -220,10 +235,10 @@ def bare_loop(args: argparse.Namespace) -> int:
                 for _ in range(PROFILE_STEPS[device.type]):
                     step()
                 sync()
-            name = f"bare-{args.precision}-b{args.batch_size}-s{args.seed}"
+            name = f"bare-{precision.requested}-b{args.batch_size}-s{args.seed}"
             write_profile(profiler, args.profile, name, device.type)
-    result = {
-        "precision": args.precision,
+    return {
+        "precision": precision.requested,
         "resolved": precision.name,
         "emulated": precision.emulated,
         "model": args.model,
@@ -236,8 +251,6 @@ def bare_loop(args: argparse.Namespace) -> int:
         "ms_per_step": seconds / steps * 1e3,
         "images_per_s": args.batch_size * steps / seconds,
     }
-    args.bare_results.write_text(json.dumps(result) + "\n")
-    return 0
 
 
 def run_child(args: argparse.Namespace, kind: str, out: Path, dataset: Path, precision: str,
@@ -271,11 +284,12 @@ def run_arm(args: argparse.Namespace, dataset: Path, precision: str, batch: int,
     return why if why is not None else read_arm_results(out)
 
 
-def run_bare(args: argparse.Namespace, dataset: Path, precision: str, batch: int, seed: int,
-             out: Path) -> dict[str, Any] | str:  # fmt: skip
-    """The bare loop for one arm in a child process: its figures, or why it could not run."""
-    why = run_child(args, "--bare-results", out, dataset, precision, batch, seed)
-    return why if why is not None else json.loads(out.read_text())
+def run_bare(args: argparse.Namespace, dataset: Path, precisions: list[str], batch: int,
+             seed: int, out: Path) -> list[dict[str, Any]]:  # fmt: skip
+    """The bare loops of a batch size's precisions in one child process: each one's figures,
+    or {"precision", "cannot_run": why}."""
+    run_child(args, "--bare-results", out, dataset, ",".join(precisions), batch, seed)
+    return [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def engine_over_bare(
@@ -300,29 +314,33 @@ class ArmFailed(Exception):
     """An arm that could run here but did not finish (diverged, crashed)."""
 
 
-def run_bare_arm(args: argparse.Namespace, dataset: Path, precision: str, batch: int, seed: int,
-                 tmp: Path, bare: dict[int, dict[str, dict[str, Any]]],
-                 failed: list[str]) -> None:  # fmt: skip
-    """The bare loop beside an engine arm: recorded in `bare` (and --bare-arms), or in
-    `failed`."""
+def run_bare_arms(args: argparse.Namespace, dataset: Path, precisions: list[str], batch: int,
+                  seed: int, tmp: Path, bare: dict[int, dict[str, dict[str, Any]]],
+                  failed: list[str]) -> None:  # fmt: skip
+    """The bare loops beside a batch size's engine arms: recorded in `bare` (and --bare-arms),
+    or in `failed`."""
     try:
-        loop = run_bare(args, dataset, precision, batch, seed, tmp / f"bare-{precision}-b{batch}")
+        loops = run_bare(args, dataset, precisions, batch, seed, tmp / f"bare-b{batch}.jsonl")
     except ArmFailed as error:
         failed.append(str(error))
         print(f"FAILED: {error}", flush=True)
         return
-    if isinstance(loop, str):  # the engine arm ran, so this is not the device: report it
-        failed.append(f"the {precision} bare-loop arm (batch {batch}) could not run: {loop}")
-        return
-    bare[batch][precision] = loop
-    if args.bare_arms:
-        with args.bare_arms.open("a") as bare_file:
-            bare_file.write(json.dumps(loop) + "\n")
-    print(
-        f"{precision} batch {batch} bare loop: {loop['images_per_s']:,.0f} images/s "
-        f"({loop['ms_per_step']:.2f} ms/step, warm-up {loop['warmup_s']:.1f} s)",
-        flush=True,
-    )
+    for loop in loops:
+        precision = loop["precision"]
+        if "cannot_run" in loop:  # its engine arm ran, so this is not the device: report it
+            failed.append(
+                f"the {precision} bare-loop arm (batch {batch}) could not run: {loop['cannot_run']}"
+            )
+            continue
+        bare[batch][precision] = loop
+        if args.bare_arms:
+            with args.bare_arms.open("a") as bare_file:
+                bare_file.write(json.dumps(loop) + "\n")
+        print(
+            f"{precision} batch {batch} bare loop: {loop['images_per_s']:,.0f} images/s "
+            f"({loop['ms_per_step']:.2f} ms/step, warm-up {loop['warmup_s']:.1f} s)",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -438,10 +456,11 @@ def main() -> None:
                         f"{outcome.accuracy:.4f} ({time.perf_counter() - arm_started:.0f} s)",
                         flush=True,
                     )
-                    # One bare loop per batch and precision: it has no seed-dependent work.
-                    if args.bare and precision not in bare[batch]:
-                        run_bare_arm(args, dataset, precision, batch, seed, Path(tmp), bare,
-                                     failed)  # fmt: skip
+                # One bare loop per batch and precision (it has no seed-dependent work),
+                # all of a batch size's in one process, after its engine arms.
+                ran = [p for p in precisions if p in runs[batch] and p not in bare[batch]]
+                if args.bare and ran:
+                    run_bare_arms(args, dataset, ran, batch, seed, Path(tmp), bare, failed)
     comparisons = {}
     ratios = {}
     for batch, arms in runs.items():
