@@ -171,10 +171,10 @@ def test_cuda_graph_and_eager_steps_train_alike(requested: str, synthetic_datase
     eager, _ = train(config(synthetic_dataset, cuda_graphs=False, **settings))
     assert graphed.hyperparameters["cuda_graphs"] is True
     assert eager.hyperparameters["cuda_graphs"] is False
-    # The rates the replays read are the schedule's: the last epoch's recorded rate matches.
-    assert graphed.epochs[-1].lr == pytest.approx(eager.epochs[-1].lr)
     assert_same_trajectory(graphed, eager, rel=0.05 if requested == "fp32" else 0.1)
-    assert graphed.memory.train_peak_mb > 0  # the capture's peak stands for every replay
+    # Replays allocate nothing the allocator sees: the capture's peak must stand for them, or
+    # the graph's arm would look far leaner than the eager one.
+    assert graphed.memory.train_peak_mb >= 0.7 * eager.memory.train_peak_mb
 
 
 def test_fp16_skipped_steps_are_skipped_and_counted_in_a_graph(synthetic_dataset: Path) -> None:

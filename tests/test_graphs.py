@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import MemoryMeter, Trainer, train
+from ampbench.components.train.engine import MemoryMeter, Trainer, evaluate
 from ampbench.components.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
 from ampbench.errors import AmpbenchError
 from ampbench.world import SINGLE_PROCESS, World
@@ -99,9 +99,29 @@ def test_the_state_a_graph_holds_is_changed_in_place_only(synthetic_dataset: Pat
 
 
 def test_results_record_whether_the_steps_were_captured(synthetic_dataset: Path) -> None:
-    results, _ = train(small(synthetic_dataset, epochs=1))
-    # On a CPU the default (on) does not apply, and the results say what ran.
+    trainer = Trainer(small(synthetic_dataset, epochs=1))
+    results = trainer.run()
+    # On a CPU the default (on) does not apply: the results, and the MLflow params made from
+    # the same record, say what ran.
+    assert trainer.config.cuda_graphs is True
     assert results.hyperparameters["cuda_graphs"] is False
+    assert trainer.hyperparameters() == results.hyperparameters
+    # The evaluation batch is the training batch (recorded as 0: a matrix's batch-size
+    # groups must not differ in it).
+    assert results.hyperparameters["eval_batch_size"] == 0 and trainer.eval_batch_size == 20
+
+
+@pytest.mark.parametrize("eval_batch", [1, 7, 16, 37, 64])
+def test_evaluation_is_the_same_whatever_its_batch_and_padding(
+    synthetic_dataset: Path, eval_batch: int
+) -> None:
+    """Every evaluation batch is padded to one shape with blank images that count in neither
+    loss nor accuracy: the figures are those of unpadded evaluation."""
+    trainer = Trainer(small(synthetic_dataset, subset=37))
+    test = trainer.eval_data["test"]
+    reference = evaluate(trainer.model, test, trainer.precision, len(test))
+    loss, accuracy = evaluate(trainer.model, test, trainer.precision, eval_batch)
+    assert loss == pytest.approx(reference[0], rel=1e-5) and accuracy == reference[1]
 
 
 def test_a_step_that_cannot_be_captured_is_refused_in_one_line(
@@ -113,6 +133,9 @@ def test_a_step_that_cannot_be_captured_is_refused_in_one_line(
         raise RuntimeError("operation not permitted when stream is capturing\nCUDA kernel errors")
 
     monkeypatch.setattr(trainer.run_step, "capture", failing_capture)
+    # What the capture does before it on a GPU, a no-op here.
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda _device: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     with pytest.raises(AmpbenchError) as raised:
         trainer.capture()
     assert str(raised.value) == (

@@ -23,7 +23,12 @@ from ampbench.components.train.config import (
     check_against_dataset,
     check_pipeline_settings,
 )
-from ampbench.components.train.data import DeviceSplit, draw_crop_flip, step_generator
+from ampbench.components.train.data import (
+    IGNORE_LABEL,
+    DeviceSplit,
+    draw_crop_flip,
+    step_generator,
+)
 from ampbench.components.train.engine import train
 from ampbench.components.train.models import (
     SmallViT,
@@ -134,8 +139,9 @@ def test_batches_are_resized_after_crop_and_flip_before_normalisation() -> None:
         unresized, size=(20, 20), mode="bilinear", align_corners=False, antialias=False
     )
     torch.testing.assert_close(batch, expected)
-    ((evaluated, _),) = resized.eval_batches(8)
-    assert evaluated.shape == (4, 3, 20, 20)
+    ((evaluated, labels),) = resized.eval_batches(8)  # padded to the batch: 4 blank images
+    assert evaluated.shape == (8, 3, 20, 20)
+    assert labels.tolist() == [0, 1, 2, 3, *[IGNORE_LABEL] * 4]
 
 
 def test_a_torchvision_model_by_name_trains_at_image_size(

@@ -141,7 +141,7 @@ class DeviceSplit:
             stop = min(start + batch_size, last)
             images, labels = self.images[start:stop], self.labels[start:stop]
             short = batch_size - (stop - start)
-            if short and stop - start < len(self):
+            if short:
                 images = torch.cat([images, images.new_zeros((short, *images.shape[1:]))])
                 labels = torch.cat([labels, labels.new_full((short,), IGNORE_LABEL)])
             yield self.normalize(images), labels

@@ -526,6 +526,10 @@ class Trainer:
         checkpoint.restore_rng_states(state["rng"])
         self.counters.load(state["counters"])
 
+    def hyperparameters(self) -> dict[str, Any]:
+        """The config's, with whether this device replayed the steps as a CUDA graph."""
+        return {**self.config.hyperparameters(), "cuda_graphs": self.cuda_graphs}
+
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a checkpoint to continue this run (not how it is measured)."""
         measurement_only = {"compile", "warmup_steps", "cuda_graphs", "eval_batch_size"}
@@ -697,8 +701,12 @@ class Trainer:
     def capture(self) -> None:
         """Record the training step as a CUDA graph (graphs.py); its memory, allocated now
         and reused by every replay, counts in every training window's peak."""
-        self.memory.skip_window()  # the warm-up's peak holds cuDNN's autotuning
         self.optimizer.zero_grad(set_to_none=True)  # the gradients live in the graph's pool
+        # The warm-up's cached blocks (cuDNN's autotuning scratch among them) would count in
+        # the reserved peak held for every replay.
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        self.memory.skip_window()
         try:
             self.run_step.capture()
         except RuntimeError as error:
@@ -940,8 +948,7 @@ class Trainer:
             device=self.device_record,
             model=self.config.model,
             parameters=parameter_count(self.model),
-            # Whether the steps were replayed as a CUDA graph, as the device settled it.
-            hyperparameters={**self.config.hyperparameters(), "cuda_graphs": self.cuda_graphs},
+            hyperparameters=self.hyperparameters(),
             dataset=DatasetRecord(
                 path=str(self.config.dataset_dir),
                 source=dataset["source"]["spec"],

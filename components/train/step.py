@@ -121,7 +121,7 @@ def run_training(
         if tracking.pipeline_run_id:
             tags[PIPELINE_RUN_TAG] = tracking.pipeline_run_id
         params = {
-            **config.hyperparameters(),
+            **trainer.hyperparameters(),
             **{f"precision.{k}": v for k, v in dataclasses.asdict(precision.record()).items()},
             "dataset_source": trainer.metadata["source"]["spec"],
             "dataset_sha256": trainer.metadata["source"]["sha256"],
