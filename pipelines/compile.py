@@ -30,7 +30,7 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
         "--image",
         type=image_reference,
         default=DEFAULT_IMAGE,
-        help=f"component image (default {DEFAULT_IMAGE})",
+        help="component image (default: %(default)s)",
     )
     parser.add_argument(
         "--schedule",

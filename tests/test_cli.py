@@ -122,11 +122,10 @@ def test_run_stops_at_once_on_a_cpu_without_native_bf16(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    started = time.monotonic()
     line = one_line_error(capsys, ["run", "--output-dir", str(tmp_path / "o")])
     assert line.startswith("ampbench: error: --precision amp: Test EPYC has no AVX512_BF16")
     assert "--allow-emulated" in line
-    assert time.monotonic() - started < 30 and not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists()  # refused before the pipeline made anything
 
 
 @pytest.mark.usefixtures("cpu_without_bf16")
@@ -322,8 +321,14 @@ def test_a_setting_the_data_rules_out_fails_in_prepare_once_and_trains_nothing(
     ],
 )
 def test_bad_image_references_are_usage_errors(
-    command: str, image: str, pattern: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    command: str,
+    image: str,
+    pattern: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # where compile would write its default output
     with pytest.raises(SystemExit) as exited:
         main([command, "--image", image])
     assert exited.value.code == 2
@@ -361,7 +366,7 @@ def test_help_shows_every_default(command: str) -> None:
         assert action.help, f"{command} {action.option_strings[0]} has no help"
         default = action.default
         shown = ",".join(map(str, default)) if isinstance(default, list) else str(default)
-        assert "default:" + "".join(shown.split()) in text or "default" in action.help, (
+        assert "default:" + "".join(shown.split()) in text, (
             f"{command} {action.option_strings[0]}: default {default!r} not shown"
         )
 

@@ -7,6 +7,7 @@ they import nothing beyond torch, numpy, pyarrow, Pillow, tqdm, scipy and ampben
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -196,6 +197,8 @@ import sys
 from pathlib import Path
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.step import run_training
+from ampbench.logs import setup_logging
+setup_logging()  # the resume line names the checkpoint it continues from
 dataset, out, resume = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "resume"
 checkpoints = sys.argv[4] if len(sys.argv) > 4 else None
 config = TrainConfig(
@@ -222,9 +225,13 @@ def test_sigkill_then_resume_on_the_gpu(synthetic_dataset: Path, tmp_path: Path)
         time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
+    # Killed, not finished first (a fast GPU could), so the resume below is mid-run.
+    assert victim.returncode == -signal.SIGKILL, victim.stdout.read()  # type: ignore[union-attr]
     resumed = train_in_a_process(synthetic_dataset, tmp_path / "resumed", "resume", checkpoints)
     output = resumed.communicate(timeout=300)[0]
     assert resumed.returncode == 0, output
+    found = re.search(r"resume: \S+ \(epoch (\d+), step (\d+)\)", output)
+    assert found and int(found[2]) != 0, output  # from a mid-epoch checkpoint
     results = json.loads((tmp_path / "resumed" / "results.json").read_text())
     assert results["resumed_from"] is not None
     assert results["device"]["type"] == "cuda" and len(results["epochs"]) == 2

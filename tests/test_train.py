@@ -15,7 +15,7 @@ from ampbench.components.train.config import (
 )
 from ampbench.components.train.data import crop_flip, draw_crop_flip, step_generator
 from ampbench.components.train.engine import Trainer, train
-from ampbench.components.train.precision import math_mode, resolve
+from ampbench.components.train.precision import cpu_capability, math_mode, resolve
 from ampbench.components.train.step import run_training
 from ampbench.errors import AmpbenchError
 from ampbench.results import read_arm_results
@@ -230,7 +230,11 @@ def test_results_record_what_ran(synthetic_dataset: Path, tmp_path: Path) -> Non
     assert results.precision.autocast_dtype == "bfloat16"
     assert results.precision.grad_scaler is False
     assert results.device.type == "cpu" and results.device.name
-    assert "AVX512_BF16" in results.device.capability or "BF16" in results.device.capability
+    # The capability names this CPU's bf16 features, and says yes to one exactly where amp
+    # resolved to native bf16.
+    assert results.device.capability == cpu_capability()
+    native_bf16 = "BF16 yes" in results.device.capability  # AVX512_BF16, AMX-BF16 or Arm's
+    assert results.precision.emulated == (not native_bf16)
     assert results.dataset.train_images == 200 and results.dataset.image_shape == [32, 32, 3]
     assert len(results.epochs) == 2
     timing = results.timing

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,13 +72,21 @@ def ampbench_train(dataset: Path, out: Path, *extra: str) -> subprocess.Popen[st
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def assert_resumed_mid_epoch(output: str) -> None:
+    """The resumed run's log names the checkpoint it continued from: not an epoch's end."""
+    found = re.search(r"resume: \S+ \(epoch (\d+), step (\d+)\)", output)
+    assert found, output
+    assert int(found[2]) != 0, f"resumed at an epoch boundary: {found[0]}"
+
+
 def test_sigkill_mid_epoch_then_resume_ends_like_an_uninterrupted_run(
     synthetic_dataset: Path, tmp_path: Path
 ) -> None:
     checkpoints = tmp_path / "checkpoints"
     args = ("--checkpoint-dir", str(checkpoints), "--checkpoint-every", "7")
     victim = ampbench_train(synthetic_dataset, tmp_path / "killed", *args)
-    # Kill once the first mid-epoch checkpoint (step 7 of 50 per epoch) is on disk.
+    # Kill once the first mid-epoch checkpoint (step 7 of 20 per epoch: 400 images, batch 20)
+    # is on disk.
     deadline = time.monotonic() + 240
     while not any(NAME.match(p.name) for p in checkpoints.glob("ckpt-*.pt")):
         assert victim.poll() is None, f"training ended before a checkpoint:\n{victim.stdout.read()}"  # type: ignore[union-attr]
@@ -92,7 +101,7 @@ def test_sigkill_mid_epoch_then_resume_ends_like_an_uninterrupted_run(
     resumed = ampbench_train(synthetic_dataset, tmp_path / "resumed", *args, "--resume")
     output = resumed.communicate(timeout=600)[0]
     assert resumed.returncode == 0, output
-    assert "resume: " in output
+    assert_resumed_mid_epoch(output)
     uninterrupted = ampbench_train(synthetic_dataset, tmp_path / "whole")
     output = uninterrupted.communicate(timeout=600)[0]
     assert uninterrupted.returncode == 0, output
