@@ -167,15 +167,27 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         assert child.data.params["precision.emulated"] in ("True", "False")
         # The images actually used: the prepare step took the subset, so `subset` is 0 here.
         assert child.data.params["train_images"] == child.data.params["test_images"] == "256"
-        assert child.data.params["precision.autocast_dtype"] in ("none", "bfloat16")
+        # Each arm's dtype follows from its precision (amp on a CPU is bf16): swapped or
+        # precision-blind tags would fail here. No CUDA graphs on a CPU, as recorded.
+        expected_dtype = {"fp32": "none", "amp": "bfloat16"}[child.data.tags["ampbench.precision"]]
+        assert child.data.params["precision.autocast_dtype"] == expected_dtype
+        assert child.data.tags["ampbench.autocast_dtype"] == expected_dtype
+        assert child.data.params["cuda_graphs"] == "False"
         assert child.info.status == "FINISHED"
-    assert parent.data.metrics["speedup"] > 0 and parent.data.metrics["end_to_end_ratio"] > 0
+    # The parent's figures are the comparison's, the headline arm's unprefixed.
+    comparison = read_comparison(local_run["work"] / "out" / "results.json")
+    headline = comparison.comparisons[comparison.headline_arm]
+    assert parent.data.metrics["speedup"] == pytest.approx(headline.speedup.value)
+    assert parent.data.metrics["end_to_end_ratio"] == pytest.approx(headline.end_to_end_ratio.value)
     assert parent.data.params["baseline"] == "fp32" and parent.data.params["arms"] == ",".join(ARMS)
     assert (
         parent.data.params["models"] == ", ".join(sorted(MODELS))
         and parent.data.params["seeds"] == "0"
     )
     assert parent.data.params["batch_sizes"] == "32, 64"
-    assert parent.data.metrics[f"{ARMS[-1].replace(' ', '_')}.speedup"] > 0
+    last = comparison.comparisons[ARMS[-1]]
+    assert parent.data.metrics[f"{ARMS[-1].replace(' ', '_')}.speedup"] == pytest.approx(
+        last.speedup.value
+    )
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"results.json", "report.md", "report.html", "plots"} <= artifacts

@@ -88,10 +88,12 @@ def test_runs_metrics_and_models_arrive_on_the_server(
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert child.data.tags["ampbench.pipeline_run_id"] == pipeline_run
         assert child.data.tags["ampbench.device"] == "cpu"
-        assert child.data.tags["ampbench.autocast_dtype"] in ("none", "bfloat16")
+        # The dtype follows from the arm's precision (amp on a CPU is bf16, fp32 none).
+        expected_dtype = {"fp32": "none", "amp": "bfloat16"}[child.data.tags["ampbench.precision"]]
+        assert child.data.tags["ampbench.autocast_dtype"] == expected_dtype
         assert child.data.tags["ampbench.emulated"] in ("true", "false")
         assert child.data.params["model"] == "small-cnn"
-        assert child.data.params["precision.autocast_dtype"] in ("none", "bfloat16")
+        assert child.data.params["precision.autocast_dtype"] == expected_dtype
         assert len(child.data.params["dataset_sha256"]) == 64
         history = client.get_metric_history(child.info.run_id, "test_accuracy")
         assert sorted(m.step for m in history) == [1, 2]
