@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ from ampbench.components.train.config import (
     short_run_batch_size,
 )
 from ampbench.components.train.data import crop_flip, draw_crop_flip, step_generator
-from ampbench.components.train.engine import Trainer, train
+from ampbench.components.train.engine import OneCycle, Trainer, train
+from ampbench.components.train.graphs import StepInputs
 from ampbench.components.train.precision import cpu_capability, math_mode, resolve
 from ampbench.components.train.step import run_training
 from ampbench.errors import AmpbenchError
@@ -344,3 +346,33 @@ def test_a_short_run_takes_a_batch_that_gives_it_steps(subset: int, batch: int) 
     try that learned nothing); the full experiment keeps 128."""
     assert short_run_batch_size(subset) == batch
     assert batch == 8 or subset == 0 or subset // batch >= MIN_STEPS_PER_EPOCH
+
+
+def test_the_learning_rate_warms_up_then_decays_to_zero(synthetic_dataset: Path) -> None:
+    schedule = OneCycle(total_steps=100, warmup_fraction=0.25)
+    factors = [schedule(step) for step in range(100)]
+    assert factors[0] == pytest.approx(1 / 25) and factors[24] == factors[25] == max(factors) == 1
+    assert all(a < b for a, b in itertools.pairwise(factors[:25]))  # rising
+    assert all(a > b for a, b in itertools.pairwise(factors[25:]))  # falling
+    assert factors[-1] == pytest.approx(1 / 75) and schedule(100) == 0
+    # Each step trains at that schedule's rate, as the optimizer reads it when it steps.
+    trainer = Trainer(
+        TrainConfig(
+            dataset_dir=synthetic_dataset, precision="fp32", model="small-cnn", epochs=2,
+            batch_size=20, subset=100, lr=0.05, device="cpu", warmup_steps=0,
+        )
+    )  # fmt: skip
+    seen: list[float] = []
+    step = trainer.train_step
+
+    def recording_step(model: torch.nn.Module, inputs: StepInputs) -> None:
+        seen.append(float(trainer.optimizer.param_groups[0]["lr"]))
+        step(model, inputs)
+
+    trainer.train_step = recording_step  # type: ignore[method-assign]
+    results = trainer.run()
+    expected = [0.05 * trainer.schedule(s) for s in range(2 * trainer.steps_per_epoch)]
+    assert seen == pytest.approx(expected, rel=1e-6)  # float32 on the device
+    assert [epoch.lr for epoch in results.epochs] == pytest.approx(
+        [expected[trainer.steps_per_epoch - 1], expected[-1]], rel=1e-6
+    )
