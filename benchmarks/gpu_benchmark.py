@@ -158,8 +158,6 @@ def bare_loop(args: argparse.Namespace) -> int:
     """The child of a batch size's bare-loop arms: one process for all its precisions (the
     floor needs no process of its own each; their start-ups were a third of the GPU check),
     each one's images/s, or why it cannot run here, as a JSON line in args.bare_results."""
-    import torch
-
     from ampbench.components.train.engine import pick_device
     from ampbench.components.train.precision import resolve
     from ampbench.dataset_format import read_metadata
@@ -173,14 +171,15 @@ def bare_loop(args: argparse.Namespace) -> int:
         except AmpbenchError as error:
             lines.append({"precision": name, "cannot_run": str(error)})
             continue
-        lines.append(bare_arm(args, torch, device, precision, metadata))
+        lines.append(bare_arm(args, device, precision, metadata))
     args.bare_results.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return 0
 
 
-def bare_arm(args: argparse.Namespace, torch: Any, device: Any, precision: Any,
+def bare_arm(args: argparse.Namespace, device: Any, precision: Any,
              metadata: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """One precision's bare loop: the model, optimizer and a batch already on the device."""
+    import torch
     from torch import nn
 
     from ampbench.components.train.config import TrainConfig, model_input_shape

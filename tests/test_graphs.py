@@ -144,15 +144,26 @@ def test_a_step_that_cannot_be_captured_is_refused_in_one_line(
     )
 
 
-def test_a_captured_steps_peak_counts_in_every_later_window() -> None:
+def test_a_captured_steps_peak_counts_in_every_later_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Replays allocate nothing the allocator's statistics see: the capture's peak stands for
-    every window after it."""
+    every window after it. The process's memory readings are simulated, so that what the
+    kernel happens to report (or a peak mark it cannot reset) decides nothing."""
+    mib = 2.0**20
+    readings = {"VmRSS": 100 * mib, "VmHWM": 100 * mib}
+    monkeypatch.setattr(MemoryMeter, "_status_bytes", staticmethod(readings.__getitem__))
+
+    def reset_mark(_meter: MemoryMeter) -> None:  # what writing clear_refs does
+        readings["VmHWM"] = readings["VmRSS"]
+
+    monkeypatch.setattr(MemoryMeter, "_reset_device_peak", reset_mark)
     meter = MemoryMeter(CPU)
     meter.start()
-    meter.mark_resident()
-    held = torch.ones(64 * 2**20 // 4)  # 64 MiB, alive while the "capture" runs
-    held += 1
+    meter.mark_resident()  # 100 MiB resident
+    readings["VmHWM"] = 164 * mib  # the capture's peak: 64 MiB above the resident mark
     meter.hold_step_peak()
-    del held
+    readings["VmHWM"] = readings["VmRSS"] = 100 * mib  # replays: no new allocation seen
     meter.reset_peak()
-    assert meter.window_peak_mb() >= 60  # the held peak, though nothing is allocated now
+    assert meter.window_peak_mb() == 64
+    assert meter.record().train_peak_mb == 64
