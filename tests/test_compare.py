@@ -756,3 +756,34 @@ def test_arms_at_other_world_sizes_are_refused_outside_a_matrix() -> None:
     runs = [scaled_run("fp32", 1, 0, 100.0), scaled_run("amp", 2, 0, 80.0)]
     with pytest.raises(AmpbenchError, match=r"world size \(fp32: 1; amp: 2\)"):
         compare_arms({"fp32": runs[:1], "amp": runs[1:]})
+
+
+def test_two_results_for_one_seed_in_an_arm_are_refused() -> None:
+    # A retried training task can leave two results of one seed; taking either (or both, as
+    # two samples) would change the figures without saying so.
+    fp32 = [arm_result("fp32", 0, 0.70, 3000.0, 300.0), arm_result("fp32", 1, 0.70, 3000.0, 300.0)]
+    amp = [arm_result("amp", 0, 0.68, 1500.0, 120.0), arm_result("amp", 0, 0.69, 1500.0, 121.0)]
+    with pytest.raises(AmpbenchError, match=r"^arm amp: two results for seed 0$"):
+        compare_arms({"fp32": fp32, "amp": amp})
+    with pytest.raises(AmpbenchError, match=r"two results for seed 1"):
+        compare_runs([*fp32, fp32[1], *amp[:1]])
+
+
+def test_the_comparison_does_not_depend_on_the_order_the_runs_come_in() -> None:
+    runs = matrix()
+    expected = compare_runs(runs)
+    # KFP collects the training tasks as they finish: any order of seeds, batch sizes and
+    # precisions gives the same comparison (models keep the order they are first seen in).
+    shuffled = sorted(runs, key=lambda run: (run.model, -run.seed, run.precision.requested))
+    assert compare_runs(shuffled) == expected
+    assert compare_runs(list(reversed(runs))).arms == expected.arms
+    arms = {"fp32": [], "amp": []}
+    for seed in (2, 0, 1):
+        arms["fp32"].append(arm_result("fp32", seed, 0.70 + seed / 100, 3000.0, 300.0 + seed))
+        arms["amp"].insert(0, arm_result("amp", seed, 0.68, 1500.0, 120.0 + 3 * seed))
+    forward = compare_arms(arms)
+    backward = compare_arms({name: list(reversed(runs)) for name, runs in reversed(arms.items())})
+    assert backward.comparisons == forward.comparisons
+    assert forward.comparisons["amp"].per_seed["speedup"] == pytest.approx(
+        [300.0 / 120.0, 301.0 / 123.0, 302.0 / 126.0]
+    )

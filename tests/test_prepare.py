@@ -47,7 +47,14 @@ def test_synthetic_is_learnable_shaped_data(tmp_path: Path) -> None:
     assert metadata["class_counts"]["train"] == [20] * 10
     assert metadata["image_shape"] == [32, 32, 3]
     assert metadata["source"]["kind"] == "synthetic"
-    assert len(metadata["mean"]) == 3 and all(0 < s < 1 for s in metadata["std"])
+    train = read_split(tmp_path / "out", "train").images.double() / 255
+    test = read_split(tmp_path / "out", "test").images.double() / 255
+    # Normalisation statistics are the training images' own, exactly, per channel: a mean
+    # over the test split too would leak it into training.
+    assert metadata["mean"] == pytest.approx(train.mean(dim=(0, 2, 3)).tolist(), abs=1e-12)
+    assert metadata["std"] == pytest.approx(train.std(dim=(0, 2, 3), correction=0).tolist())
+    both = torch.cat([train, test])
+    assert metadata["mean"] != pytest.approx(both.mean(dim=(0, 2, 3)).tolist(), abs=1e-6)
 
 
 def test_cifar10_archive_subset_is_stratified_and_seeded(
@@ -128,6 +135,31 @@ def test_train_without_test_gets_a_test_split_carved(tmp_path: Path) -> None:
     )
     assert metadata["counts"] == {"train": 16, "test": 4}
     assert metadata["class_counts"]["test"] == [2, 2]
+    assert_disjoint_splits(tmp_path / "out", ["train", "test"], 20)
+
+
+def pixel_digests(dataset: Path, split: str) -> list[bytes]:
+    return [image.numpy().tobytes() for image in read_split(dataset, split).images]
+
+
+def assert_disjoint_splits(dataset: Path, splits: list[str], total: int) -> None:
+    """No image in two splits, and together they are every (distinct) source image."""
+    seen = [pixel_digests(dataset, split) for split in splits]
+    assert sum(len(s) for s in seen) == len(set().union(*map(set, seen))) == total
+
+
+@pytest.mark.parametrize("test_fraction", [0.2, 0.5])
+def test_carved_splits_share_no_image(tmp_path: Path, test_fraction: float) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b", "c"], {"train": 20}, size=(8, 8))
+    metadata = prepare_dataset(
+        str(tmp_path / "tree"),
+        tmp_path / "out",
+        val_fraction=0.25,
+        options=options(tmp_path, test_fraction=test_fraction),
+    )
+    counts = metadata["counts"]
+    assert counts["test"] == round(60 * test_fraction) and counts["val"] > 0
+    assert_disjoint_splits(tmp_path / "out", ["train", "val", "test"], 60)
 
 
 def test_a_damaged_prepared_dataset_is_one_line(tmp_path: Path) -> None:

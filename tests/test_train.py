@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.components.train import precision as precision_module
 from ampbench.components.train.config import (
     MIN_STEPS_PER_EPOCH,
     TrainConfig,
@@ -17,144 +16,13 @@ from ampbench.components.train.config import (
 from ampbench.components.train.data import crop_flip, draw_crop_flip, step_generator
 from ampbench.components.train.engine import OneCycle, Trainer, train
 from ampbench.components.train.graphs import StepInputs
-from ampbench.components.train.precision import cpu_capability, math_mode, resolve
+from ampbench.components.train.precision import cpu_capability
 from ampbench.components.train.step import run_training
 from ampbench.errors import AmpbenchError
 from ampbench.results import read_arm_results
 
 CPU = torch.device("cpu")
 CHANCE = 0.1  # ten classes
-
-
-def test_fp32_is_strict_and_has_no_autocast() -> None:
-    precision = resolve("fp32", CPU)
-    assert precision.autocast_dtype is None
-    assert not precision.grad_scaler
-    assert not precision.tf32
-    record = precision.record()
-    assert (record.tf32, record.emulated, record.support) == (False, False, "native")
-
-
-def cpu_with(monkeypatch: pytest.MonkeyPatch, *, bf16: bool, fp16: bool = False) -> None:
-    """This process sees a CPU with (or without) native bf16 and fp16 math, through the probes
-    precision.py asks: torch.cpu's feature checks and the kernel's flags."""
-    monkeypatch.setattr(precision_module.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: fp16, raising=False)
-    monkeypatch.setattr(precision_module, "_cpu_flags", lambda: {"avx512f", "avx512bw"})
-    monkeypatch.setattr(precision_module, "cpu_name", lambda: "Test Xeon")
-
-
-@pytest.mark.parametrize("requested", ["bf16", "amp"])
-def test_bf16_and_amp_on_a_cpu_with_native_bf16(
-    requested: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cpu_with(monkeypatch, bf16=True)
-    precision = resolve(requested, CPU)
-    assert precision.name == "bf16" and not precision.emulated
-    assert precision.autocast_dtype == torch.bfloat16
-    assert not precision.grad_scaler
-    assert precision.support == "native: AVX512_BF16 on Test Xeon"
-
-
-@pytest.mark.parametrize("requested", ["bf16", "amp", "fp16"])
-def test_a_cpu_without_native_math_is_refused_unless_emulation_is_asked_for(
-    requested: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # oneDNN's own check says yes on any AVX-512 CPU; it is not what decides.
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
-    cpu_with(monkeypatch, bf16=False)
-    name = "fp16" if requested == "fp16" else "bf16"
-    missing = "AVX512_FP16 or AMX-FP16" if name == "fp16" else "AVX512_BF16 or AMX-BF16"
-    with pytest.raises(AmpbenchError) as refused:
-        resolve(requested, CPU)
-    message = str(refused.value)
-    assert message.startswith(f"--precision {requested}: Test Xeon has no {missing}")
-    assert "--allow-emulated" in message and "\n" not in message
-    emulated = resolve(requested, CPU, allow_emulated=True)
-    assert (emulated.name, emulated.emulated) == (name, True)
-    assert emulated.support == f"EMULATED: Test Xeon has no {missing}"
-    assert emulated.record().emulated and emulated.label == (
-        f"amp ({name}, EMULATED)" if requested == "amp" else f"{name} (EMULATED)"
-    )
-
-
-def test_an_emulated_precision_is_refused_before_any_data_is_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cpu_with(monkeypatch, bf16=False)
-    config = TrainConfig(dataset_dir=tmp_path / "missing", precision="amp", device="cpu")
-    with pytest.raises(AmpbenchError, match="--precision amp: Test Xeon has no AVX512_BF16"):
-        Trainer(config)
-
-
-def test_tf32_is_refused_on_a_cpu_even_when_emulation_is_allowed(tmp_path: Path) -> None:
-    config = TrainConfig(
-        dataset_dir=tmp_path / "missing", precision="tf32", device="cpu", allow_emulated=True
-    )
-    with pytest.raises(AmpbenchError, match="TF32 is a CUDA tensor-core mode"):
-        Trainer(config)
-
-
-def fake_gpu(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int]) -> torch.device:
-    """resolve() sees a GPU of this compute capability (it asks nothing else of the device)."""
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: f"GPU sm{capability}")
-    return torch.device("cuda")
-
-
-def test_cuda_precisions_resolve_by_compute_capability(monkeypatch: pytest.MonkeyPatch) -> None:
-    hopper = fake_gpu(monkeypatch, (9, 0))
-    amp = resolve("amp", hopper)
-    assert (amp.name, amp.autocast_dtype, amp.grad_scaler) == ("fp16", torch.float16, True)
-    assert amp.support == "native: GPU sm(9, 0), compute capability 9.0"
-    bf16 = resolve("bf16", hopper)
-    assert (bf16.autocast_dtype, bf16.grad_scaler, bf16.emulated) == (torch.bfloat16, False, False)
-    tf32 = resolve("tf32", hopper)
-    assert tf32.autocast_dtype is None and tf32.record().tf32 is True
-    assert resolve("fp32", hopper).record().tf32 is False
-
-
-@pytest.mark.parametrize(
-    ("requested", "capability", "message"),
-    [
-        ("bf16", (7, 0), r"GPU sm\(7, 0\) \(compute capability 7\.0\) has no bf16 tensor cores"),
-        ("bf16", (7, 5), "has no bf16 tensor cores"),
-        ("amp", (6, 1), r"has no fp16 tensor cores \(needs 7\.0 or newer\)"),
-    ],
-)
-def test_precisions_a_gpu_lacks_are_refused_or_labelled_emulated(
-    requested: str, capability: tuple[int, int], message: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    gpu = fake_gpu(monkeypatch, capability)
-    with pytest.raises(AmpbenchError, match=message):
-        resolve(requested, gpu)
-    assert resolve(requested, gpu, allow_emulated=True).emulated
-
-
-def test_tf32_without_tensor_cores_is_refused_even_with_emulation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    with pytest.raises(AmpbenchError, match=r"has no tf32 tensor cores \(needs 8\.0"):
-        resolve("tf32", fake_gpu(monkeypatch, (7, 5)), allow_emulated=True)
-
-
-def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    gpu = fake_gpu(monkeypatch, (9, 0))
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    for name, expected in (("fp32", False), ("tf32", True), ("bf16", False)):
-        with math_mode(resolve(name, gpu)):
-            assert torch.backends.cuda.matmul.allow_tf32 is expected, name
-            assert torch.backends.cudnn.allow_tf32 is expected, name
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
-
-
-def test_unknown_precision_is_an_error() -> None:
-    with pytest.raises(AmpbenchError, match="'fp4' is not one of"):
-        resolve("fp4", CPU)
 
 
 @pytest.mark.parametrize(

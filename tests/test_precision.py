@@ -1,0 +1,324 @@
+"""Precision resolution in detail: what each arm records, how the CPU's features are read, and
+the boundaries of CUDA compute capability (the fast tests `make mutation` runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from ampbench import schema
+from ampbench.components.train import PRECISIONS
+from ampbench.components.train import precision as precision_module
+from ampbench.components.train.config import TrainConfig
+from ampbench.components.train.engine import Trainer
+from ampbench.components.train.fp8 import torchao_version
+from ampbench.components.train.precision import (
+    Precision,
+    cpu_capability,
+    cpu_name,
+    cpu_native_features,
+    math_mode,
+    resolve,
+)
+from ampbench.errors import AmpbenchError
+
+CPU = torch.device("cpu")
+CPUINFO_X86 = [
+    "processor\t: 0",
+    "model name\t: AMD EPYC 9004",
+    "flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_fp16",
+]
+
+
+FakeGpu = Callable[[tuple[int, int]], torch.device]
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
+    """Sets the compute capability resolve() sees; returns the CUDA device."""
+
+    def at(capability: tuple[int, int]) -> torch.device:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU")
+        return torch.device("cuda")
+
+    return at
+
+
+@pytest.mark.parametrize(
+    ("name", "autocast", "scaler", "tf32"),
+    [
+        ("fp32", None, False, False),
+        ("tf32", None, False, True),
+        ("fp16", "float16", True, False),
+        ("bf16", "bfloat16", False, False),
+        ("fp8", "bfloat16", False, False),
+        ("fp8-rowwise", "bfloat16", False, False),
+    ],
+)
+def test_each_arm_records_its_autocast_scaler_and_tf32(
+    name: str, autocast: str | None, scaler: bool, tf32: bool
+) -> None:
+    precision = Precision("asked", name, "cuda", emulated=True, support="why")
+    assert schema.dump(precision.record()) == {
+        "requested": "asked", "resolved": name, "autocast_dtype": autocast,
+        "grad_scaler": scaler, "tf32": tf32, "emulated": True, "support": "why",
+    }  # fmt: skip
+    assert precision.autocast_dtype == (autocast and getattr(torch, autocast))
+    assert precision.fp8_recipe == {"fp8": "tensorwise", "fp8-rowwise": "rowwise"}.get(name)
+
+
+@pytest.mark.parametrize(
+    ("requested", "name", "emulated", "label"),
+    [
+        ("fp32", "fp32", False, "fp32"),
+        ("bf16", "bf16", True, "bf16 (EMULATED)"),
+        ("amp", "fp16", False, "amp (fp16)"),
+        ("amp", "bf16", True, "amp (bf16, EMULATED)"),
+    ],
+)
+def test_labels_name_what_ran(requested: str, name: str, emulated: bool, label: str) -> None:
+    assert Precision(requested, name, "cpu", emulated).label == label
+
+
+def test_autocast_is_off_for_full_precision_arms_and_follows_the_arm_otherwise() -> None:
+    with Precision("fp32", "fp32", "cpu").autocast():
+        assert not torch.is_autocast_enabled("cpu")
+    with Precision("amp", "bf16", "cpu").autocast(cache_enabled=False):
+        assert torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert not torch.is_autocast_cache_enabled()
+    with Precision("amp", "bf16", "cpu").autocast():
+        assert torch.is_autocast_cache_enabled()
+
+
+def test_the_cpus_name_and_flags_come_from_cpuinfo(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision_module, "_read_lines", lambda path: CPUINFO_X86)
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: "x86_64")
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported"):
+        monkeypatch.delattr(torch.cpu, probe, raising=False)
+    assert cpu_name() == "AMD EPYC 9004"
+    assert cpu_native_features() == {
+        "AVX512_BF16": True, "AMX-BF16": False, "AVX512_FP16": True, "AMX-FP16": False
+    }  # fmt: skip
+    assert cpu_capability() == "AVX512_BF16 yes, AMX-BF16 no, AVX512_FP16 yes, AMX-FP16 no"
+    assert resolve("amp", CPU).support == "native: AVX512_BF16 on AMD EPYC 9004"
+    assert resolve("fp16", CPU).support == "native: AVX512_FP16 on AMD EPYC 9004"
+    # torch's own probe, where this torch has it, wins over the kernel's flags.
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert resolve("bf16", CPU).support == "native: AMX-BF16 on AMD EPYC 9004"
+
+
+def test_an_arm_cpu_reads_its_features_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = ["model name\t: Neoverse", "Features\t: fp asimd bf16"]
+    monkeypatch.setattr(precision_module, "_read_lines", lambda path: lines)
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: "aarch64")
+    assert cpu_native_features() == {"BF16": True}
+    assert resolve("bf16", CPU).support == "native: BF16 on Neoverse"
+    with pytest.raises(AmpbenchError, match=r"^--precision fp16: Neoverse has no native fp16 math"):
+        resolve("fp16", CPU)
+
+
+def test_a_cpu_without_cpuinfo_is_named_by_the_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precision_module, "_read_lines", lambda path: [])
+    monkeypatch.setattr(precision_module.platform, "processor", lambda: "")
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: "riscv64")
+    assert cpu_name() == "riscv64"
+    assert precision_module._cpu_flags() == set()
+    monkeypatch.setattr(precision_module.platform, "processor", lambda: "Some CPU")
+    assert cpu_name() == "Some CPU"
+
+
+def test_a_missing_cpuinfo_reads_as_no_lines() -> None:
+    assert precision_module._read_lines("/nonexistent/cpuinfo") == []
+
+
+@pytest.mark.parametrize("requested", PRECISIONS)
+def test_every_precision_resolves_natively_on_a_new_gpu(requested: str, gpu: FakeGpu) -> None:
+    if requested.startswith("fp8") and torchao_version() is None:
+        pytest.fail("torchao is a dev dependency: install .[dev]")
+    precision = resolve(requested, gpu((8, 9)))
+    assert precision.name == ("fp16" if requested == "amp" else requested)
+    assert not precision.emulated and precision.device_type == "cuda"
+    assert precision.support.startswith("native: Test GPU, compute capability 8.9")
+
+
+@pytest.mark.parametrize(
+    ("requested", "native_from", "below"),
+    [("tf32", (8, 0), (7, 5)), ("bf16", (8, 0), (7, 5)), ("amp", (7, 0), (6, 1))],
+)
+def test_capability_boundaries(
+    requested: str, native_from: tuple[int, int], below: tuple[int, int], gpu: FakeGpu
+) -> None:
+    assert not resolve(requested, gpu(native_from)).emulated
+    name = "fp16" if requested == "amp" else requested
+    with pytest.raises(AmpbenchError) as refused:
+        resolve(requested, gpu(below))
+    assert str(refused.value).startswith(
+        f"--precision {requested}: Test GPU (compute capability {below[0]}.{below[1]}) has no "
+        f"{name} tensor cores (needs {native_from[0]}.{native_from[1]} or newer)"
+    )
+
+
+def test_fp8_below_ada_is_refused_or_emulated_with_its_recipe(gpu: FakeGpu) -> None:
+    version = torchao_version()
+    assert version is not None, "torchao is a dev dependency: install .[dev]"
+    hopper_less = gpu((8, 6))
+    with pytest.raises(AmpbenchError, match=r"has no FP8 tensor cores \(needs 8\.9 or newer\)"):
+        resolve("fp8-rowwise", hopper_less)
+    emulated = resolve("fp8-rowwise", hopper_less, allow_emulated=True)
+    assert emulated.emulated and emulated.name == "fp8-rowwise"
+    assert emulated.support == (
+        "EMULATED: Test GPU (compute capability 8.6) has no FP8 tensor cores (needs 8.9 or "
+        f"newer); torchao {version} float8 rowwise on the Linear layers, bf16 autocast, fp32 "
+        "matmuls"
+    )
+    native = resolve("fp8", gpu((9, 0)))
+    assert native.support == (
+        f"native: Test GPU, compute capability 9.0 (torchao {version} float8 tensorwise on the "
+        "Linear layers, bf16 autocast)"
+    )
+
+
+def test_fp8_on_a_cpu_only_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    version = torchao_version()
+    assert version is not None, "torchao is a dev dependency: install .[dev]"
+    monkeypatch.setattr(precision_module, "cpu_name", lambda: "Test CPU")
+    with pytest.raises(AmpbenchError) as refused:
+        resolve("fp8", CPU)
+    assert str(refused.value) == (
+        "--precision fp8: Test CPU has no FP8 matmul (float8 training needs CUDA compute "
+        "capability 8.9+); pass --allow-emulated to run its numerics with fp32 matmuls "
+        "(labelled emulated)"
+    )
+    emulated = resolve("fp8", CPU, allow_emulated=True)
+    assert (emulated.name, emulated.emulated, emulated.device_type) == ("fp8", True, "cpu")
+    assert emulated.support == (
+        "EMULATED: Test CPU has no FP8 matmul (float8 training needs CUDA compute capability "
+        f"8.9+); torchao {version} float8 tensorwise on the Linear layers, bf16 autocast, fp32 "
+        "matmuls"
+    )
+
+
+def test_fp32_is_strict_and_has_no_autocast() -> None:
+    precision = resolve("fp32", CPU)
+    assert precision.autocast_dtype is None
+    assert not precision.grad_scaler
+    assert not precision.tf32
+    record = precision.record()
+    assert (record.tf32, record.emulated, record.support) == (False, False, "native")
+
+
+def cpu_with(monkeypatch: pytest.MonkeyPatch, *, bf16: bool, fp16: bool = False) -> None:
+    """This process sees a CPU with (or without) native bf16 and fp16 math, through the probes
+    precision.py asks: torch.cpu's feature checks and the kernel's flags."""
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: fp16, raising=False)
+    monkeypatch.setattr(precision_module, "_cpu_flags", lambda: {"avx512f", "avx512bw"})
+    monkeypatch.setattr(precision_module, "cpu_name", lambda: "Test Xeon")
+
+
+@pytest.mark.parametrize("requested", ["bf16", "amp"])
+def test_bf16_and_amp_on_a_cpu_with_native_bf16(
+    requested: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu_with(monkeypatch, bf16=True)
+    precision = resolve(requested, CPU)
+    assert precision.name == "bf16" and not precision.emulated
+    assert precision.autocast_dtype == torch.bfloat16
+    assert not precision.grad_scaler
+    assert precision.support == "native: AVX512_BF16 on Test Xeon"
+
+
+@pytest.mark.parametrize("requested", ["bf16", "amp", "fp16"])
+def test_a_cpu_without_native_math_is_refused_unless_emulation_is_asked_for(
+    requested: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # oneDNN's own check says yes on any AVX-512 CPU; it is not what decides.
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    cpu_with(monkeypatch, bf16=False)
+    name = "fp16" if requested == "fp16" else "bf16"
+    missing = "AVX512_FP16 or AMX-FP16" if name == "fp16" else "AVX512_BF16 or AMX-BF16"
+    with pytest.raises(AmpbenchError) as refused:
+        resolve(requested, CPU)
+    message = str(refused.value)
+    assert message.startswith(f"--precision {requested}: Test Xeon has no {missing}")
+    assert "--allow-emulated" in message and "\n" not in message
+    emulated = resolve(requested, CPU, allow_emulated=True)
+    assert (emulated.name, emulated.emulated) == (name, True)
+    assert emulated.support == f"EMULATED: Test Xeon has no {missing}"
+    assert emulated.record().emulated and emulated.label == (
+        f"amp ({name}, EMULATED)" if requested == "amp" else f"{name} (EMULATED)"
+    )
+
+
+def test_an_emulated_precision_is_refused_before_any_data_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpu_with(monkeypatch, bf16=False)
+    config = TrainConfig(dataset_dir=tmp_path / "missing", precision="amp", device="cpu")
+    with pytest.raises(AmpbenchError, match="--precision amp: Test Xeon has no AVX512_BF16"):
+        Trainer(config)
+
+
+def test_tf32_is_refused_on_a_cpu_even_when_emulation_is_allowed(tmp_path: Path) -> None:
+    config = TrainConfig(
+        dataset_dir=tmp_path / "missing", precision="tf32", device="cpu", allow_emulated=True
+    )
+    with pytest.raises(AmpbenchError, match="TF32 is a CUDA tensor-core mode"):
+        Trainer(config)
+
+
+def test_cuda_precisions_resolve_by_compute_capability(gpu: FakeGpu) -> None:
+    hopper = gpu((9, 0))
+    amp = resolve("amp", hopper)
+    assert (amp.name, amp.autocast_dtype, amp.grad_scaler) == ("fp16", torch.float16, True)
+    assert amp.support == "native: Test GPU, compute capability 9.0"
+    bf16 = resolve("bf16", hopper)
+    assert (bf16.autocast_dtype, bf16.grad_scaler, bf16.emulated) == (torch.bfloat16, False, False)
+    tf32 = resolve("tf32", hopper)
+    assert tf32.autocast_dtype is None and tf32.record().tf32 is True
+    assert resolve("fp32", hopper).record().tf32 is False
+
+
+@pytest.mark.parametrize(
+    ("requested", "capability", "message"),
+    [
+        ("bf16", (7, 0), r"Test GPU \(compute capability 7\.0\) has no bf16 tensor cores"),
+        ("bf16", (7, 5), "has no bf16 tensor cores"),
+        ("amp", (6, 1), r"has no fp16 tensor cores \(needs 7\.0 or newer\)"),
+    ],
+)
+def test_precisions_a_gpu_lacks_are_refused_or_labelled_emulated(
+    requested: str, capability: tuple[int, int], message: str, gpu: FakeGpu
+) -> None:
+    device = gpu(capability)
+    with pytest.raises(AmpbenchError, match=message):
+        resolve(requested, device)
+    assert resolve(requested, device, allow_emulated=True).emulated
+
+
+def test_tf32_without_tensor_cores_is_refused_even_with_emulation(gpu: FakeGpu) -> None:
+    with pytest.raises(AmpbenchError, match=r"has no tf32 tensor cores \(needs 8\.0"):
+        resolve("tf32", gpu((7, 5)), allow_emulated=True)
+
+
+def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(gpu: FakeGpu) -> None:
+    hopper = gpu((9, 0))
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    for name, expected in (("fp32", False), ("tf32", True), ("bf16", False)):
+        with math_mode(resolve(name, hopper)):
+            assert torch.backends.cuda.matmul.allow_tf32 is expected, name
+            assert torch.backends.cudnn.allow_tf32 is expected, name
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+
+
+def test_unknown_precision_is_an_error() -> None:
+    with pytest.raises(AmpbenchError, match="'fp4' is not one of"):
+        resolve("fp4", CPU)
