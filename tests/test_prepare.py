@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import http.server
 import json
 import logging
 import shutil
 import tarfile
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +288,47 @@ def test_cifar10_download_offline_fails_with_a_suggestion(
     assert "pass a local copy" in message and "--data" in message
     assert "\n" not in message
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A local HTTP server over a folder (the port its own): (base URL, folder)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.server_address[1]}", folder
+        server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_download_whose_checksum_does_not_match_is_refused_and_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: tuple[str, Path]
+) -> None:
+    base, folder = served
+    expected = make_cifar_python_tarball(folder / "cifar-10-python.tar.gz")
+    url = f"{base}/cifar-10-python.tar.gz"
+    md5 = hashlib.md5((folder / "cifar-10-python.tar.gz").read_bytes()).hexdigest()
+    monkeypatch.setitem(sources_module.DOWNLOADS, "cifar10", (url, "0" * 32))
+    with pytest.raises(AmpbenchError) as raised:
+        prepare_dataset("cifar10", tmp_path / "out", options=options(tmp_path))
+    assert str(raised.value) == (
+        f"cifar10: the download of {url} is corrupt (MD5 {md5}, expected {'0' * 32}); try again"
+    )
+    assert not (tmp_path / "out").exists()
+    assert not list((tmp_path / "cache" / "downloads").iterdir())
+    # With the published checksum the same download is kept and prepared.
+    monkeypatch.setitem(sources_module.DOWNLOADS, "cifar10", (url, md5))
+    prepare_dataset("cifar10", tmp_path / "out", options=options(tmp_path))
+    labels = read_split(tmp_path / "out", "train").labels.numpy()
+    assert sorted(labels) == sorted(expected["train"][1])
+    assert (tmp_path / "cache" / "downloads" / "cifar-10-python.tar.gz").exists()
 
 
 def test_missing_path_and_unknown_file_kind(tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def content_sha256(path: Path, limits: Limits) -> str:
 
 def _download(name: str, cache_dir: Path) -> Path:
     """The published python-format tarball of cifar10/cifar100, downloaded once."""
-    from torchvision.datasets.utils import check_integrity, download_url
+    from torchvision.datasets.utils import calculate_md5, check_integrity, download_url
 
     url, md5 = DOWNLOADS[name]
     folder = cache_dir / "downloads"
@@ -149,15 +149,20 @@ def _download(name: str, cache_dir: Path) -> Path:
         return target
     log.info("downloading %s from %s", name, url)
     try:
-        download_url(url, str(folder), md5=md5)
+        # No md5 here: torchvision raises a bare RuntimeError on a mismatch; checked below.
+        download_url(url, str(folder))
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise AmpbenchError(
             f"{name}: cannot download {url} ({reason}); offline? pass a local copy instead, "
             f"e.g. --data /path/to/{target.name} or an ImageFolder tree or archive"
         ) from None
-    if not check_integrity(str(target), md5):
-        raise AmpbenchError(f"{name}: the download of {url} is corrupt (MD5 mismatch)")
+    got = calculate_md5(str(target))
+    if got != md5:
+        target.unlink()  # not left in the cache, where the next run would find it
+        raise AmpbenchError(
+            f"{name}: the download of {url} is corrupt (MD5 {got}, expected {md5}); try again"
+        )
     return target
 
 
