@@ -97,6 +97,7 @@ class _Client(kfp.Client):
     ampbench_multi_user: bool = False  # as healthz said, when it was asked
 
     def get_kfp_healthz(self, sleep_duration: int = 5) -> kfp_server_api.V2beta1GetHealthzResponse:
+        _refuse_html(self._healthz_api.api_client)  # kfp.Client's constructor calls this first
         health = self.healthzs.healthz_service_get_healthz()
         self.ampbench_multi_user = bool(health.multi_user)
         return health
@@ -137,9 +138,33 @@ def make_client(host: str | None, namespace: str | None, token_file: Path | None
             existing_token=token,
             credentials=credentials,
         )
+    _refuse_html(client._run_api.api_client)  # one ApiClient serves every service API
     client.ampbench_host = shown
     client.ampbench_token_source = source
     return client
+
+
+class _HtmlAnswer(Exception):
+    """The server answered an HTML page (a login form, a proxy's page), not the API's JSON."""
+
+
+def _refuse_html(api_client: kfp_server_api.ApiClient) -> None:
+    """Make `api_client` raise _HtmlAnswer for an HTML answer instead of reading it as an
+    object with every field None (a run with no state, a pipeline list with no pipelines)."""
+    if getattr(api_client, "_ampbench_refuses_html", False):
+        return
+    deserialize = api_client.deserialize
+
+    def checked(response: Any, response_type: Any) -> Any:
+        if response_type != "file":
+            content_type = str(response.getheader("Content-Type") or "").lower()
+            body = response.data if isinstance(response.data, bytes) else b""
+            if "html" in content_type or body.lstrip()[:1] == b"<":
+                raise _HtmlAnswer(content_type or "HTML")
+        return deserialize(response, response_type)
+
+    api_client.deserialize = checked
+    api_client._ampbench_refuses_html = True
 
 
 def _in_cluster_token() -> tuple[Path | None, str | None]:
@@ -238,6 +263,8 @@ def wait_for_run(
     while True:
         with _reported_for(client, f"polling run {run.run_id}", None):
             info = client.get_run(run.run_id)
+        if info.run_id != run.run_id:  # no run at all: polling it again would never end
+            raise AmpbenchError(_not_the_api(client, f"its answer for run {run.run_id} is no run"))
         state = str(info.state or "RUNTIME_STATE_UNSPECIFIED")
         if state != seen:
             log.info("run %s: %s", run.run_id, state)
@@ -314,7 +341,12 @@ def _pipeline_id(client: kfp.Client, name: str, namespace: str | None) -> str | 
     if not found:
         return None
     if len(found) > 1:
-        raise AmpbenchError(f"{len(found)} pipelines are named '{name}': pass a unique --name")
+        # Which one should get the version is not ours to guess: say which they are.
+        ids = ", ".join(sorted(str(pipeline.pipeline_id) for pipeline in found))
+        raise AmpbenchError(
+            f"{len(found)} pipelines are named '{name}' at {_host_of(client)} ({ids}): pass a "
+            "--name that no other pipeline has, or delete all but one of them"
+        )
     return found[0].pipeline_id
 
 
@@ -362,6 +394,12 @@ def _reported(
                         log.warning("%s", _one_line(str(warning.message)))
     except kfp_server_api.ApiException as error:
         raise AmpbenchError(_http_message(error, host, token_source, action, namespace)) from None
+    except _HtmlAnswer:
+        raise AmpbenchError(
+            f"{host} answered an HTML page while {action}, not the Kubeflow Pipelines API: is "
+            f"--host the API and not a login page in front of it? (e.g. http://localhost:8888 "
+            f"after `{PORT_FORWARD_HINT}`)"
+        ) from None
     except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as error:
         raise AmpbenchError(
             f"cannot reach Kubeflow Pipelines at {host} ({_network_reason(error)}) while "

@@ -18,7 +18,8 @@ for it and upload a pipeline (paths and JSON shapes from `kfp_server_api`'s gene
 
 Every request is recorded (method, path, query, headers, body). `fail(status, ...)` makes
 matching requests answer an error the way the KFP API server does (a google.rpc.Status JSON
-body); anything else answers 404.
+body); `login_page(...)` makes them answer 200 with an HTML sign-in form, as an
+authenticating proxy in front of the API does; anything else answers 404.
 """
 
 from __future__ import annotations
@@ -73,6 +74,21 @@ class _Failure:
     method: str | None
     path: str | None
     message: str
+    html: bool = False  # answer LOGIN_PAGE (text/html) instead of a google.rpc.Status
+
+
+LOGIN_PAGE = (
+    '<!DOCTYPE html>\n<html><head><title>Sign in</title></head>\n<body><form method="post" '
+    'action="/dex/auth/local/login"><input name="login"><input name="password" type="password">'
+    "</form></body></html>\n"
+)
+
+
+@dataclass(frozen=True)
+class Html:
+    """A payload sent as text/html, not as JSON."""
+
+    text: str
 
 
 @dataclass
@@ -117,6 +133,11 @@ class KfpStandIn:
         text = message or HTTPStatus(status).phrase
         self._failures.append(_Failure(status, method, path, text))
 
+    def login_page(self, *, method: str | None = None, path: str | None = None) -> None:
+        """Answer 200 and an HTML sign-in page to requests of `method` (any if None) whose path
+        starts with `path` (any if None): a login proxy in front of the API."""
+        self._failures.append(_Failure(200, method, path, "", html=True))
+
     def matching(self, method: str, path: str) -> list[Request]:
         """The recorded requests of `method` to `path` (without the query)."""
         return [r for r in self.requests if r.method == method and r.path == path]
@@ -146,6 +167,8 @@ class KfpStandIn:
                 if (failure.method in (None, request.method)) and request.path.startswith(
                     failure.path or ""
                 ):
+                    if failure.html:
+                        return failure.status, Html(LOGIN_PAGE)
                     return failure.status, _status_body(failure.status, failure.message)
             return self._route(request)
 
@@ -307,9 +330,12 @@ def _handler_for(standin: KfpStandIn) -> type[BaseHTTPRequestHandler]:
                 status, payload = standin.handle(request)
             except Exception as error:  # a bug in the stand-in: answer it, do not hang
                 status, payload = 500, _status_body(500, f"stand-in error: {error!r}")
-            data = json.dumps(payload).encode()
+            if isinstance(payload, Html):
+                data, content_type = payload.text.encode(), "text/html; charset=utf-8"
+            else:
+                data, content_type = json.dumps(payload).encode(), "application/json"
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

@@ -253,6 +253,29 @@ def test_wait_reports_a_failed_run_in_one_line(
     assert TOKEN not in out + err
 
 
+@pytest.mark.parametrize("state", ["CANCELED", "SKIPPED"])
+def test_wait_fails_on_a_run_that_ends_without_succeeding(
+    capsys: pytest.CaptureFixture[str], standin: KfpStandIn, state: str
+) -> None:
+    """A canceled or skipped run is an end, not a success and not a state to wait on: one line
+    naming the run and its state, exit 1, after the poll that saw it (the --timeout only turns
+    a wait that would hang into a failure)."""
+    standin.run_states = ["RUNNING", state]
+    code, out, err = cli(
+        capsys,
+        *("submit", "--host", standin.url, "--run-name", "r", "--wait"),
+        *("--poll-interval", "0.01", "--timeout", "30"),
+    )
+    run_id = next(iter(standin.runs))
+    assert code == 1, out + err
+    errors = [line for line in err.splitlines() if line.startswith("ampbench: error:")]
+    assert errors == [err.strip().splitlines()[-1]], err
+    url = f"{standin.url}/#/runs/details/{run_id}"
+    assert f"run 'r' ({run_id}) ended {state}; see {url}" in errors[0]
+    assert "Traceback" not in err and out == ""
+    assert len(standin.matching("GET", f"{RUNS}/{run_id}")) == 2
+
+
 def test_wait_gives_up_after_the_timeout(
     capsys: pytest.CaptureFixture[str], standin: KfpStandIn
 ) -> None:
@@ -321,7 +344,78 @@ def test_upload_creates_a_pipeline_then_versions(
         assert AWS_SECRET.encode() not in request.body
 
 
+def test_upload_refuses_a_name_that_two_pipelines_share(
+    capsys: pytest.CaptureFixture[str], standin: KfpStandIn
+) -> None:
+    """Which of two pipelines named alike should get the new version is not submit's to guess:
+    it names both and changes nothing."""
+    for pipeline_id in ("pipeline-b", "pipeline-a"):
+        standin.pipelines[pipeline_id] = {
+            "pipeline_id": pipeline_id,
+            "display_name": "ampbench",
+            "name": "ampbench",
+            "created_at": "2025-01-01T00:00:00Z",
+        }
+    standin.pipelines["pipeline-c"] = {**standin.pipelines["pipeline-a"], "display_name": "other"}
+    standin.pipelines["pipeline-c"]["pipeline_id"] = "pipeline-c"
+    code, out, err = cli(capsys, "upload", "--host", standin.url, "--version", "v2")
+    line = assert_one_line_error(
+        code, out, err, "2 pipelines are named 'ampbench'", "pipeline-a, pipeline-b", "--name"
+    )
+    assert standin.url in line and "pipeline-c" not in line
+    assert standin.matching("POST", UPLOAD) == standin.matching("POST", UPLOAD + "_version") == []
+    assert standin.versions == {}
+
+
 # -- errors -------------------------------------------------------------------------------------
+LOGIN_PAGE_CASES = [
+    # (command, extra arguments, method, path): the path prefix that answers the login page
+    ("submit", (), None, None),  # the whole host: healthz is the first call
+    ("submit", ("--namespace", "team-a"), None, None),  # no healthz: listing experiments first
+    ("submit", (), "POST", "/apis/v2beta1/experiments"),
+    ("submit", (), "POST", RUNS),
+    ("submit", ("--wait", "--poll-interval", "0.01", "--timeout", "30"), "GET", RUNS + "/"),
+    ("upload", (), None, None),
+    ("upload", (), "GET", "/apis/v2beta1/pipelines"),
+    ("upload", (), "POST", UPLOAD),
+    ("upload", ("--version", "v2"), "POST", UPLOAD + "_version"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "method", "path"),
+    LOGIN_PAGE_CASES,
+    ids=[f"{c[0]}-{c[2] or 'any'}-{c[3] or 'host'}{'-ns' if c[1][:1] == ('--namespace',) else ''}"
+         for c in LOGIN_PAGE_CASES],
+)  # fmt: skip
+def test_a_login_page_instead_of_the_api_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+    standin: KfpStandIn,
+    token_file: Path,
+    command: str,
+    extra: tuple[str, ...],
+    method: str | None,
+    path: str | None,
+) -> None:
+    """An authenticating proxy answers 200 and its sign-in page: that is no pipeline, run or
+    run state, and no reason to go on (or to wait for ever)."""
+    if path == UPLOAD + "_version":
+        code, _, err = cli(capsys, "upload", "--host", standin.url)  # the pipeline, first
+        assert code == 0, err
+    standin.login_page(method=method, path=path)
+    argv = [command, "--host", standin.url, "--token-file", str(token_file), *extra]
+    code, out, err = cli(capsys, *argv)
+    errors = [line for line in err.splitlines() if line.startswith("ampbench: error:")]
+    assert errors == [err.strip().splitlines()[-1]], err
+    assert code == 1 and "Traceback" not in err and TOKEN not in out + err
+    assert f"{standin.url} answered an HTML page" in errors[0]
+    assert "login page" in errors[0] and "--host" in errors[0]
+    assert out == ""
+    assert standin.matching("POST", RUNS)[1:] == []  # nothing done twice
+    if method == "GET" and path == RUNS + "/":
+        assert len(standin.matching("GET", path + next(iter(standin.runs)))) == 1
+
+
 @pytest.mark.parametrize(
     ("status", "hint"),
     [(401, "--token-file"), (403, "--namespace"), (404, "--host"), (500, "Internal Server Error")],
