@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -31,18 +30,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import psutil
+import tenacity
+from services import PortTaken, free_port, on_a_free_port, port_taken
+
 TRAINJOBS = re.compile(
     r"^/apis/trainer\.kubeflow\.org/v1alpha1/namespaces/([^/]+)/trainjobs(?:/([^/]+))?$"
 )
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods$")
 WEBHOOK = "validate.trainjob.trainer.kubeflow.org"
 POD_LOG = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class StandIn:
@@ -91,26 +88,39 @@ class StandIn:
 
     # -- the Trainer: nodes as processes -----------------------------------------------------
     def start_nodes(self, body: dict[str, Any]) -> None:
+        """Node 0 first, on a free master port, until its torchrun listens there (another
+        process may take the port before it binds: then on a fresh port); then the others."""
         name, trainer = body["metadata"]["name"], body["spec"]["trainer"]
+
+        def start() -> tuple[int, subprocess.Popen[bytes]]:
+            port = free_port()
+            node_0 = self._start_node(name, trainer, 0, port)
+            if not _listens_on(node_0, port):
+                log = (self.work / f"{name}-node-0.log").read_text(errors="replace")
+                if port_taken(log):
+                    raise PortTaken(f"{name} node 0: master port {port} was taken")
+            return port, node_0  # listening, or failed for a reason of its own: status says
+
+        port, node_0 = on_a_free_port(start)
+        others = [self._start_node(name, trainer, n, port) for n in range(1, trainer["numNodes"])]
+        self.nodes[name] = [node_0, *others]
+
+    def _start_node(
+        self, name: str, trainer: dict[str, Any], node: int, port: int
+    ) -> subprocess.Popen[bytes]:
         command = [sys.executable if part == "python" else part for part in trainer["command"]]
-        port = free_port()
-        processes = []
-        for node in range(trainer["numNodes"]):
-            env = {
-                **os.environ,
-                "PET_NNODES": str(trainer["numNodes"]),
-                "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
-                "PET_NODE_RANK": str(node),
-                "PET_MASTER_ADDR": "127.0.0.1",
-                "PET_MASTER_PORT": str(port),
-            }
-            log = (self.work / f"{name}-node-{node}.log").open("wb")
-            processes.append(
-                subprocess.Popen(
-                    [*command, *trainer["args"]], env=env, stdout=log, stderr=subprocess.STDOUT
-                )
+        env = {
+            **os.environ,
+            "PET_NNODES": str(trainer["numNodes"]),
+            "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
+            "PET_NODE_RANK": str(node),
+            "PET_MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_PORT": str(port),
+        }
+        with (self.work / f"{name}-node-{node}.log").open("wb") as log:
+            return subprocess.Popen(
+                [*command, *trainer["args"]], env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        self.nodes[name] = processes
 
     def status(self, name: str) -> dict[str, Any]:
         codes = [process.poll() for process in self.nodes.get(name, [])]
@@ -235,3 +245,27 @@ class StandIn:
                 self.reply(200, {"kind": "Status", "status": "Success"})
 
         return Handler
+
+
+def _listens_on(process: subprocess.Popen[bytes], port: int, timeout: float = 120) -> bool:
+    """Wait until `process` (torchrun's agent: its rendezvous store) listens on `port`;
+    False once it has exited without."""
+
+    def listening() -> bool | None:
+        if process.poll() is not None:
+            return False
+        try:
+            connections = psutil.Process(process.pid).net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            return False
+        if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections):
+            return True
+        return None  # not yet
+
+    waiting = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda result: result is None),
+        wait=tenacity.wait_fixed(0.05),
+        stop=tenacity.stop_after_delay(timeout),
+        retry_error_callback=lambda _: False,
+    )
+    return bool(waiting(listening))

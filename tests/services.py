@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -30,9 +31,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pytest
 import tenacity
@@ -50,10 +51,49 @@ class ServiceError(RuntimeError):
     """A test service failed to start or to answer; the message carries the log's tail."""
 
 
+class PortTaken(ServiceError):
+    """A service could not bind its port: something else took it after free_port() found it."""
+
+
+T = TypeVar("T")
+# How each server says so: Python (uvicorn, http.server), Ceph's messenger and beast, and
+# torch's TCPStore (EADDRINUSE, code -98).
+_ADDRESS_IN_USE = re.compile(r"address already in use|EADDRINUSE|\(98\)", re.IGNORECASE)
+PORT_TRIES = 5
+
+
 def free_port() -> int:
+    """A port free now. Only for a server in another process, which cannot bind port 0 and
+    say which it got: start it through `on_a_free_port`, as something may take the port
+    first. A server in this process binds port 0 itself and reads the port back."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOCALHOST, 0))
         return sock.getsockname()[1]
+
+
+def port_taken(text: str) -> bool:
+    """Whether a server's output says that its address was in use."""
+    return bool(_ADDRESS_IN_USE.search(text))
+
+
+def on_a_free_port(start: Callable[[], T], tries: int = PORT_TRIES) -> T:
+    """`start()`, which takes its ports from free_port() and raises PortTaken when one was
+    taken before its server bound it; then again, on fresh ports, up to `tries` times."""
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(PortTaken),
+        stop=tenacity.stop_after_attempt(tries),
+        reraise=True,
+    )
+    return retrying(start)
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for as long as the block runs: bound, so
+    that no one else can take it, and not listening."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCALHOST, 0))
+        yield sock.getsockname()[1]
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -465,11 +505,18 @@ rgw enable usage log = false
             daemon.check_alive(f"{what}\n{log_tail(log)}")
             return bool(ready())
 
-        if not _wait(check, timeout, interval=0.25):
-            raise ServiceError(
+        try:
+            if _wait(check, timeout, interval=0.25):
+                return
+            error = ServiceError(
                 f"{daemon.name} not ready after {timeout} s ({what})\n"
                 f"{log_tail(daemon.log)}\n{log_tail(log)}"
             )
+        except ServiceError as exited:
+            error = exited
+        if port_taken(log_tail(daemon.log, 200) + log_tail(log, 200)):
+            raise PortTaken(f"{daemon.name}: its port was taken\n{error}") from error
+        raise error
 
     # -- what tests use -----------------------------------------------------------------------
 
@@ -592,10 +639,17 @@ class MlflowServer:
                 self.daemon.check_alive("before /health answered")
                 return _http_status(f"{self.uri}/health") == 200
 
-            if not _wait(healthy, timeout, interval=0.25):
-                raise ServiceError(
+            try:
+                if _wait(healthy, timeout, interval=0.25):
+                    return
+                error = ServiceError(
                     f"mlflow server not healthy after {timeout} s\n{log_tail(self.daemon.log)}"
                 )
+            except ServiceError as exited:
+                error = exited
+            if port_taken(log_tail(self.daemon.log, 200)):
+                raise PortTaken(f"mlflow server: port {self.port} was taken\n{error}") from error
+            raise error
         except BaseException:
             self.daemon.stop(grace=0)
             raise
@@ -638,9 +692,14 @@ def rgw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rgw]:
     """A running RADOS Gateway with a user; skips (fails under CI=true) without Ceph."""
     missing = missing_ceph_binaries()
     _require(not missing, f"Ceph is not installed (missing {', '.join(missing)}); {INSTALL_HINT}")
-    service = Rgw(tmp_path_factory.mktemp("rgw"))
+
+    def start() -> Rgw:
+        service = Rgw(tmp_path_factory.mktemp("rgw"))  # new ports, a new cluster
+        service.start()  # stops what it started, on failure
+        return service
+
+    service = on_a_free_port(start)
     try:
-        service.start()
         yield service
     finally:
         service.stop()
@@ -650,9 +709,14 @@ def _mlflow_fixture(
     tmp_path_factory: pytest.TempPathFactory, rgw: Rgw, mode: Literal["proxied", "direct"]
 ) -> Iterator[MlflowServer]:
     bucket = rgw.make_bucket("ampbench-mlflow")
-    server = MlflowServer(tmp_path_factory.mktemp(f"mlflow-{mode}"), rgw, bucket, mode)
+
+    def start() -> MlflowServer:
+        server = MlflowServer(tmp_path_factory.mktemp(f"mlflow-{mode}"), rgw, bucket, mode)
+        server.start()  # stops the server, on failure
+        return server
+
+    server = on_a_free_port(start)
     try:
-        server.start()
         yield server
     finally:
         server.stop(grace=0)

@@ -224,57 +224,84 @@ def process_group_members(pgid: int) -> list[int]:
     return members
 
 
+def listening_sockets(port: int) -> set[str]:
+    """The inodes of the TCP sockets listening on 127.0.0.1:`port` (IPv4), from /proc."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        address, state, inode = fields[1], fields[3], fields[9]
+        if state == "0A" and address == f"0100007F:{port:04X}":
+            found.add(inode)
+    return found
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_ui_serves_the_local_store_and_takes_its_server_with_it(
     tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
-    import socket
     import urllib.request
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     from mlflow import MlflowClient
+    from services import PortTaken, free_port, on_a_free_port, port_taken
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     MlflowClient(store).create_experiment("earlier")
     experiment_id = MlflowClient(store).create_experiment("mine")
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
-    ui = subprocess.Popen(
-        [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port), "--experiment", "mine"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    server_group = None
-    try:
+    started: list[subprocess.Popen[str]] = []  # every try's command, to clean up after
+
+    def start() -> tuple[subprocess.Popen[str], int]:
+        port = free_port()
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port), "--experiment",
+             "mine"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        started.append(ui)
+        wait_until_healthy(ui, port)
+        return ui, port
+
+    def wait_until_healthy(ui: subprocess.Popen[str], port: int) -> None:
         deadline = time.monotonic() + 120
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
                     assert reply.status == 200
-                    break
+                    return
             except OSError:
-                assert ui.poll() is None, ui.stdout.read()  # type: ignore[union-attr]
+                if ui.poll() is not None:
+                    output = ui.stdout.read()  # type: ignore[union-attr]
+                    if port_taken(output):
+                        raise PortTaken(output) from None
+                    raise AssertionError(output) from None
                 assert time.monotonic() < deadline, "the MLflow UI did not answer"
                 time.sleep(0.5)
+
+    server_group = None
+    try:
+        ui, port = on_a_free_port(start)
         children = Path(f"/proc/{ui.pid}/task/{ui.pid}/children").read_text().split()
         assert len(children) == 1
         server_group = int(children[0])
         assert len(process_group_members(server_group)) == 2, "server and one worker"
+        sockets = listening_sockets(port)
+        assert sockets, f"nothing listens on port {port}"
         ui.send_signal(stop_signal)  # to the command alone, as a service manager would
         ui.wait(timeout=30)
         assert process_group_members(server_group) == [], "the server outlived the command"
-        with socket.socket() as probe:
-            assert probe.connect_ex(("127.0.0.1", port)) != 0
+        # Its listening socket is closed (whatever may listen on the port now is not it).
+        assert not sockets & listening_sockets(port)
         # The runs table, not the experiment's GenAI overview that MLflow 3's UI opens on.
         table = f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs"
         assert f"runs of experiment 'mine': {table}\n" in ui.stdout.read()  # type: ignore[union-attr]
     finally:
-        for group in (ui.pid, server_group):
+        for group in (*(try_.pid for try_ in started), server_group):
             if group is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(group, signal.SIGKILL)
-        ui.wait()
+        for try_ in started:
+            try_.wait()
 
 
 def test_ui_refuses_a_remote_store(

@@ -86,15 +86,11 @@ def test_upload_multipart_file_is_verified(
 def checksum_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """An S3 store that keeps SHA-256 checksums, which Ceph 16 does not: moto's server stands
     in for AWS S3 here (it drops the "-N" of composite checksums, as some stores do)."""
-    import socket
-
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()  # binds port 0 in this process: the port it got is its own
+    _, port = server.get_host_and_port()
     for key in list(os.environ):
         if key.startswith("AWS_"):
             monkeypatch.delenv(key)
@@ -357,17 +353,18 @@ def test_unknown_access_key(bucket: str, s3: Rgw, monkeypatch: pytest.MonkeyPatc
 
 
 def test_unreachable_endpoint(s3: Rgw, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from services import free_port
+    from services import closed_port
 
-    closed = f"http://127.0.0.1:{free_port()}"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", closed)
-    storage.client.cache_clear()
-    uri = "s3://some-bucket/data/file.bin"
-    for call in (
-        lambda: storage.head(uri),
-        lambda: storage.upload(write(tmp_path / "f.bin", b"f"), uri),
-    ):
-        with pytest.raises(AmpbenchError, match="cannot reach the S3 endpoint") as error:
-            call()
-        assert_clean(error.value, uri, s3)
-        assert closed in str(error.value)
+    with closed_port() as port:  # bound, not listening: refused for the whole test
+        closed = f"http://127.0.0.1:{port}"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", closed)
+        storage.client.cache_clear()
+        uri = "s3://some-bucket/data/file.bin"
+        for call in (
+            lambda: storage.head(uri),
+            lambda: storage.upload(write(tmp_path / "f.bin", b"f"), uri),
+        ):
+            with pytest.raises(AmpbenchError, match="cannot reach the S3 endpoint") as error:
+                call()
+            assert_clean(error.value, uri, s3)
+            assert closed in str(error.value)

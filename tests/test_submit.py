@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import kfp
 import pytest
 import yaml
 from kfp_standin import KfpStandIn
+from services import closed_port
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.cli import build_parser, main
@@ -83,12 +83,6 @@ def assert_one_line_error(code: int, out: str, err: str, *fragments: str) -> str
     for fragment in fragments:
         assert fragment in lines[0]
     return lines[0]
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- submitting ---------------------------------------------------------------------------------
@@ -468,8 +462,9 @@ def test_upload_errors_are_one_line(
 def test_unreachable_host(
     capsys: pytest.CaptureFixture[str], token_file: Path, command: str
 ) -> None:
-    host = f"http://127.0.0.1:{closed_port()}"
-    code, out, err = cli(capsys, command, "--host", host, "--token-file", str(token_file))
+    with closed_port() as port:  # bound, not listening: refused for the whole test
+        host = f"http://127.0.0.1:{port}"
+        code, out, err = cli(capsys, command, "--host", host, "--token-file", str(token_file))
     assert_one_line_error(code, out, err, f"cannot reach Kubeflow Pipelines at {host}")
     assert "connection refused" in err
 
