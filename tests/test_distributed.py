@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,11 +24,11 @@ import psutil
 import pytest
 import torch
 from k8s_standin import StandIn
+from test_train_engine import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 
 from ampbench.cli import build_parser
 from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
 from ampbench.components.train import trainjob
-from ampbench.components.train.checkpoint import NAME
 from ampbench.components.train.component import DEFAULTS
 from ampbench.components.train.component import train as train_component
 from ampbench.components.train.config import TrainConfig
@@ -77,12 +76,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def train_command(dataset: Path, out: Path, *extra: str, world: int = WORLD) -> list[str]:
+def train_command(
+    dataset: Path, out: Path, *extra: str, world: int = WORLD, verbose: bool = False
+) -> list[str]:
     launcher = [sys.executable]
     if world > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
     return [
-        *launcher, "-m", "ampbench.cli", "train", "--dataset", str(dataset),
+        *launcher, "-m", "ampbench.cli", *(["-v"] if verbose else []), "train",
+        "--dataset", str(dataset),
         "--precision", "fp32", "--model", MODEL, "--epochs", "2",
         "--batch-size", str(GLOBAL_BATCH // world), "--subset", str(SUBSET), "--device", "cpu",
         "--deterministic", "--no-tracking", "--output-dir", str(out), *extra,
@@ -139,17 +141,15 @@ def test_a_killed_rank_ends_the_job_and_a_rerun_resumes_it(
     checkpoints = tmp_path / "checkpoints"
     args = ("--checkpoint-dir", str(checkpoints), "--checkpoint-every", "3")
     job = subprocess.Popen(
-        train_command(synthetic_dataset, tmp_path / "killed", *args),
+        train_command(synthetic_dataset, tmp_path / "killed", *args, verbose=True),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 240
-    while not any(NAME.match(p.name) for p in checkpoints.glob("ckpt-*.pt")):
-        assert job.poll() is None, f"training ended before a checkpoint:\n{job.stdout.read()}"  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.02)
+    output = ChildOutput(job)
+    # Kill rank 1 once rank 0's log says the first checkpoint (step 3 of 10 an epoch) is written.
+    assert wait_for_checkpoint(output).parent == checkpoints
     rank_1 = [
         process
         for process in psutil.Process(job.pid).children(recursive=True)
@@ -157,11 +157,17 @@ def test_a_killed_rank_ends_the_job_and_a_rerun_resumes_it(
     ]
     assert len(rank_1) == 1
     rank_1[0].send_signal(signal.SIGKILL)
-    output = job.communicate(timeout=120)[0]
-    assert job.returncode != 0, output  # torchrun stops the other rank and fails
+    job.wait(timeout=120)
+    text = output.rest()
+    assert job.returncode != 0, text  # torchrun stops the other rank and fails
+    # ...having seen rank 1 die of the SIGKILL (torchrun's own report of its worker).
+    assert f"Signal 9 (SIGKILL) received by PID {rank_1[0].pid}" in text, text
     assert not (tmp_path / "killed" / "results.json").exists()
 
-    output = run(train_command(synthetic_dataset, tmp_path / "resumed", *args, "--resume"), env)
+    resume = train_command(synthetic_dataset, tmp_path / "resumed", *args, "--resume")
+    done = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_resumed_mid_epoch(done.stderr)
     resumed = json.loads((tmp_path / "resumed" / "results.json").read_text())
     assert resumed["resumed_from"] is not None
     assert resumed["distributed"]["world_size"] == 2

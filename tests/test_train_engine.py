@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -63,9 +64,67 @@ def test_same_seed_gives_bitwise_identical_metrics(synthetic_dataset: Path) -> N
     assert metrics_only(first) != metrics_only(other)
 
 
-def ampbench_train(dataset: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+# `ampbench -v` logs each checkpoint it has written (rank 0 alone, under torchrun).
+CHECKPOINT_LOGGED = re.compile(r" DEBUG (?:\[rank 0/\d+\] )?checkpoint (\S+)$")
+
+
+class ChildOutput:
+    """A child's output, read line by line as it comes, so that a test can wait for a line."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: Any) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
+        """The first line from here on that matches; fails at the end of the output, or after
+        `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                message = f"no {pattern.pattern!r} in {timeout} s:\n{self.text()}"
+                raise AssertionError(message) from None
+            if line is None:
+                raise AssertionError(f"output ended without {pattern.pattern!r}:\n{self.text()}")
+            self.lines.append(line)
+            if found := pattern.search(line.rstrip("\n")):
+                return found
+
+    def rest(self, timeout: float = 120) -> str:
+        """The whole output, once the child has closed it."""
+        self._reader.join(timeout)
+        while not self._queue.empty():
+            line = self._queue.get_nowait()
+            if line is not None:
+                self.lines.append(line)
+        return self.text()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def wait_for_checkpoint(output: ChildOutput, timeout: float = 240) -> Path:
+    """The first checkpoint the child logs as written; it is on disk then."""
+    path = Path(output.wait_for(CHECKPOINT_LOGGED, timeout)[1])
+    assert NAME.match(path.name) and path.is_file(), path
+    return path
+
+
+def ampbench_train(
+    dataset: Path, out: Path, *extra: str, verbose: bool = False
+) -> subprocess.Popen[str]:
     command = [
-        sys.executable, "-m", "ampbench.cli", "train", "--dataset", str(dataset),
+        sys.executable, "-m", "ampbench.cli", *(["-v"] if verbose else []), "train",
+        "--dataset", str(dataset),
         "--precision", "fp32", "--model", "small-cnn", "--epochs", "2", "--batch-size", "20",
         "--subset", "400", "--deterministic", "--no-tracking", "--output-dir", str(out), *extra,
     ]  # fmt: skip
@@ -84,14 +143,11 @@ def test_sigkill_mid_epoch_then_resume_ends_like_an_uninterrupted_run(
 ) -> None:
     checkpoints = tmp_path / "checkpoints"
     args = ("--checkpoint-dir", str(checkpoints), "--checkpoint-every", "7")
-    victim = ampbench_train(synthetic_dataset, tmp_path / "killed", *args)
-    # Kill once the first mid-epoch checkpoint (step 7 of 20 per epoch: 400 images, batch 20)
-    # is on disk.
-    deadline = time.monotonic() + 240
-    while not any(NAME.match(p.name) for p in checkpoints.glob("ckpt-*.pt")):
-        assert victim.poll() is None, f"training ended before a checkpoint:\n{victim.stdout.read()}"  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.02)
+    victim = ampbench_train(synthetic_dataset, tmp_path / "killed", *args, verbose=True)
+    # Kill once its log says the first mid-epoch checkpoint (step 7 of 20 per epoch: 400
+    # images, batch 20) is written.
+    first = wait_for_checkpoint(ChildOutput(victim))
+    assert first.parent == checkpoints
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert victim.returncode == -signal.SIGKILL
