@@ -103,6 +103,24 @@ def test_train_component(local_runner: Path) -> None:
     results = read_arm_results(next(p for p in run_dir.rglob("results") if p.is_file()))
     assert results.precision.resolved == "fp32"
     assert results.accuracy == metrics.metadata["accuracy"]
+    # Every metric the component outputs is the results file's own figure, under its name.
+    timing, memory = results.timing, results.memory
+    from_results = {
+        "accuracy": results.accuracy,
+        "train_time_s": timing.train_time_s,
+        "throughput_img_s": timing.throughput_img_s,
+        "end_to_end_s": timing.end_to_end_s,
+        "warmup_s": timing.warmup_s,
+        "compile_s": timing.compile_s,
+        "eval_s": timing.eval_s,
+        "train_peak_memory_mb": memory.train_peak_mb,
+        "total_peak_memory_mb": memory.total_peak_mb,
+        "resident_memory_mb": memory.resident_mb,
+        "train_peak_reserved_mb": memory.train_peak_reserved_mb,
+        "skipped_steps": results.skipped_steps,
+    }
+    expected = {name: float(value) for name, value in from_results.items() if value is not None}
+    assert metrics.metadata == expected
     # The component's defaults are the training config's: none was given for lr or seed.
     assert results.hyperparameters["lr"] == TrainConfig.lr
     assert results.hyperparameters["warmup_steps"] == TrainConfig.warmup_steps
