@@ -11,6 +11,7 @@ import torch
 
 from ampbench import schema
 from ampbench.components.train import PRECISIONS
+from ampbench.components.train import fp8 as fp8_module
 from ampbench.components.train import precision as precision_module
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer
@@ -40,10 +41,19 @@ FakeGpu = Callable[[tuple[int, int]], torch.device]
 def gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     """Sets the compute capability resolve() sees; returns the CUDA device."""
 
+    # The second GPU, so that a query of the current device (cuda:0) reads another one.
+    device = torch.device("cuda", 1)
+
     def at(capability: tuple[int, int]) -> torch.device:
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU")
-        return torch.device("cuda")
+        def capability_of(queried: object = None) -> tuple[int, int]:
+            return capability if queried == device else (6, 0)
+
+        def name_of(queried: object = None) -> str:
+            return "Test GPU" if queried == device else "another GPU"
+
+        monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
+        monkeypatch.setattr(torch.cuda, "get_device_name", name_of)
+        return device
 
     return at
 
@@ -95,8 +105,13 @@ def test_autocast_is_off_for_full_precision_arms_and_follows_the_arm_otherwise()
         assert torch.is_autocast_cache_enabled()
 
 
+def cpuinfo(lines: list[str]) -> Callable[[str], list[str]]:
+    """_read_lines as it reads these lines from /proc/cpuinfo (and nothing from elsewhere)."""
+    return lambda path: lines if path == "/proc/cpuinfo" else []
+
+
 def test_the_cpus_name_and_flags_come_from_cpuinfo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(precision_module, "_read_lines", lambda path: CPUINFO_X86)
+    monkeypatch.setattr(precision_module, "_read_lines", cpuinfo(CPUINFO_X86))
     monkeypatch.setattr(precision_module.platform, "machine", lambda: "x86_64")
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported"):
         monkeypatch.delattr(torch.cpu, probe, raising=False)
@@ -113,10 +128,11 @@ def test_the_cpus_name_and_flags_come_from_cpuinfo(monkeypatch: pytest.MonkeyPat
     assert resolve("bf16", CPU).support == "native: AMX-BF16 on AMD EPYC 9004"
 
 
-def test_an_arm_cpu_reads_its_features_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("machine", ["aarch64", "arm64"])
+def test_an_arm_cpu_reads_its_features_flags(machine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     lines = ["model name\t: Neoverse", "Features\t: fp asimd bf16"]
-    monkeypatch.setattr(precision_module, "_read_lines", lambda path: lines)
-    monkeypatch.setattr(precision_module.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(precision_module, "_read_lines", cpuinfo(lines))
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: machine)
     assert cpu_native_features() == {"BF16": True}
     assert resolve("bf16", CPU).support == "native: BF16 on Neoverse"
     with pytest.raises(AmpbenchError, match=r"^--precision fp16: Neoverse has no native fp16 math"):
@@ -322,3 +338,94 @@ def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(gpu: FakeGpu
 def test_unknown_precision_is_an_error() -> None:
     with pytest.raises(AmpbenchError, match="'fp4' is not one of"):
         resolve("fp4", CPU)
+
+
+def test_a_name_with_a_colon_and_the_amx_flags_where_torch_has_no_probe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = ["model name\t: Xeon: engineering sample", "flags\t\t: avx512f amx_bf16 amx_fp16"]
+    monkeypatch.setattr(precision_module, "_read_lines", cpuinfo(lines))
+    monkeypatch.setattr(precision_module.platform, "machine", lambda: "x86_64")
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported", "_is_amx_fp16_supported"):
+        monkeypatch.delattr(torch.cpu, probe, raising=False)
+    assert cpu_name() == "Xeon: engineering sample"
+    assert precision_module._cpu_flags() == {"avx512f", "amx_bf16", "amx_fp16"}
+    assert cpu_native_features() == {
+        "AVX512_BF16": False, "AMX-BF16": True, "AVX512_FP16": False, "AMX-FP16": True
+    }  # fmt: skip
+
+
+def test_both_bf16_features_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu_with(monkeypatch, bf16=True)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert resolve("bf16", CPU).support == "native: AVX512_BF16 and AMX-BF16 on Test Xeon"
+
+
+def test_fp16_autocast_on_a_cpu_is_float16() -> None:
+    # (bf16 is autocast's default on a CPU: only fp16 shows that the dtype is passed.)
+    with Precision("fp16", "fp16", "cpu", emulated=True).autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.float16
+
+
+def test_every_path_of_resolution_gives_the_whole_precision(
+    monkeypatch: pytest.MonkeyPatch, gpu: FakeGpu
+) -> None:
+    version = torchao_version()
+    assert resolve("fp32", CPU) == Precision("fp32", "fp32", "cpu", False, "native")
+    cpu_with(monkeypatch, bf16=True)
+    assert resolve("amp", CPU) == Precision(
+        "amp", "bf16", "cpu", False, "native: AVX512_BF16 on Test Xeon"
+    )
+    cpu_with(monkeypatch, bf16=False)
+    assert resolve("amp", CPU, allow_emulated=True) == Precision(
+        "amp", "bf16", "cpu", True, "EMULATED: Test Xeon has no AVX512_BF16 or AMX-BF16"
+    )
+    assert resolve("fp8", CPU, allow_emulated=True) == Precision(
+        "fp8", "fp8", "cpu", True,
+        "EMULATED: Test Xeon has no FP8 matmul (float8 training needs CUDA compute capability "
+        f"8.9+); torchao {version} float8 tensorwise on the Linear layers, bf16 autocast, fp32 "
+        "matmuls",
+    )  # fmt: skip
+    assert resolve("amp", gpu((9, 0))) == Precision(
+        "amp", "fp16", "cuda", False, "native: Test GPU, compute capability 9.0"
+    )
+    assert resolve("bf16", gpu((7, 5)), allow_emulated=True) == Precision(
+        "bf16", "bf16", "cuda", True,
+        "EMULATED: Test GPU (compute capability 7.5) has no bf16 tensor cores (needs 8.0 or newer)",
+    )  # fmt: skip
+
+
+def test_refusals_in_full(monkeypatch: pytest.MonkeyPatch, gpu: FakeGpu) -> None:
+    def refusal(requested: str, device: torch.device) -> str:
+        with pytest.raises(AmpbenchError) as refused:
+            resolve(requested, device)
+        return str(refused.value)
+
+    assert refusal("fp4", CPU) == (f"--precision: 'fp4' is not one of {', '.join(PRECISIONS)}")
+    assert ", ".join(PRECISIONS).startswith("fp32, ")
+    cpu_with(monkeypatch, bf16=False)
+    assert refusal("bf16", CPU) == (
+        "--precision bf16: Test Xeon has no AVX512_BF16 or AMX-BF16, so bf16 autocast would run "
+        "slow emulation kernels and measure nothing of mixed precision; run on a GPU or a CPU "
+        "with it, or pass --allow-emulated to measure the emulation (labelled emulated)"
+    )
+    assert refusal("amp", gpu((6, 1))) == (
+        "--precision amp: Test GPU (compute capability 6.1) has no fp16 tensor cores (needs 7.0 "
+        "or newer), so it would run emulated and measure nothing of mixed precision; pass "
+        "--allow-emulated to measure it anyway (labelled emulated)"
+    )
+
+
+def test_without_torchao_only_the_fp8_arms_are_refused(
+    monkeypatch: pytest.MonkeyPatch, gpu: FakeGpu
+) -> None:
+    monkeypatch.setattr(fp8_module, "torchao_version", lambda: None)
+    hopper = gpu((9, 0))
+    assert resolve("bf16", hopper).name == "bf16"
+    for requested, device in (("fp8", hopper), ("fp8-rowwise", CPU)):
+        with pytest.raises(AmpbenchError) as refused:
+            resolve(requested, device, allow_emulated=True)
+        assert str(refused.value) == (
+            f"--precision {requested}: float8 training needs torchao, which is not installed "
+            "(pip install 'ampbench[fp8]')"
+        )

@@ -352,6 +352,46 @@ def test_output_over_an_unrelated_directory_is_refused(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "ds", "out"]
 
 
+def test_an_empty_output_directory_is_used(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    prepare_dataset("synthetic", tmp_path / "out", subset=20, options=options(tmp_path))
+    assert read_metadata(tmp_path / "out")["counts"]["train"] == 20
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"subset": -1}, "--subset: must be 0 (all) or a positive count, not -1"),
+        ({"val_fraction": -0.1}, "--val-fraction: must be in [0, 1), not -0.1"),
+        ({"val_fraction": 1.0}, "--val-fraction: must be in [0, 1), not 1.0"),
+        ({"test_fraction": 0.0}, "--test-fraction: must be in (0, 1), not 0.0"),
+        ({"test_fraction": 1.0}, "--test-fraction: must be in (0, 1), not 1.0"),
+        ({"image_size": 0}, "--image-size: must be 1 to 1024 pixels, not 0"),
+        ({"image_size": 1025}, "--image-size: must be 1 to 1024 pixels, not 1025"),
+    ],
+)
+def test_settings_out_of_range_are_named(tmp_path: Path, settings: dict, message: str) -> None:
+    subset = settings.pop("subset", 0)
+    val_fraction = settings.pop("val_fraction", 0.0)
+    with pytest.raises(AmpbenchError) as refused:
+        prepare_dataset(
+            "synthetic", tmp_path / "out", subset=subset, val_fraction=val_fraction,
+            options=options(tmp_path, **settings),
+        )  # fmt: skip
+    assert str(refused.value) == message
+    assert not (tmp_path / "out").exists()
+
+
+def test_settings_at_the_edges_of_their_ranges_are_taken(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    make_image_folder(tree, ["a", "b"], {"train": 4, "test": 2})
+    for size in (1, 1024):
+        metadata = prepare_dataset(
+            str(tree), tmp_path / f"out{size}", options=options(tmp_path, image_size=size)
+        )
+        assert metadata["image_shape"][:2] == [size, size]
+
+
 def test_archive_of_the_tree_equals_the_tree(tmp_path: Path) -> None:
     make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 3, "test": 2})
     make_tar(tmp_path / "tree.tar.gz", tmp_path / "tree")

@@ -11,6 +11,7 @@ import pytest
 from ampbench import schema
 from ampbench.errors import AmpbenchError
 from ampbench.results import (
+    COMPARISON_SCHEMA_VERSION,
     RESULTS_SCHEMA_VERSION,
     UNRECORDED,
     Estimate,
@@ -136,9 +137,72 @@ def test_records_are_written_as_indented_json_into_new_folders(tmp_path: Path) -
         (1.0, 1.2, 1.0, False),  # an end of the interval is inside it
         (0.8, 1.0, 1.0, False),
         (None, None, 1.0, None),
+        (None, 1.2, 1.0, None),  # half an interval is none
+        (0.8, None, 1.0, None),
     ],
 )
 def test_an_interval_excludes_a_reference_only_when_wholly_on_one_side(
     low: float | None, high: float | None, reference: float, expected: bool | None
 ) -> None:
-    assert Estimate(1.0, low, high, 3 if low else 1).excludes(reference) is expected
+    assert Estimate(1.0, low, high, 3).excludes(reference) is expected
+
+
+def test_a_schema_1_result_keeps_what_it_recorded_beyond_the_figures(tmp_path: Path) -> None:
+    old = schema_1_cuda_fp16()
+    old.update(
+        compile_time_s=None, eval_time_s=None, checkpoint_time_s=2.5,
+        mlflow={"tracking_uri": "http://mlflow:5000", "experiment": "ampbench", "run_id": "abc"},
+        requested_resources={"gpu_type": "a100", "gpu_count": 1, "cpu": "4", "memory": "16Gi"},
+    )  # fmt: skip
+    old["epochs"][0].update(val_loss=1.25, val_accuracy=0.5)
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    run = read_arm_results(tmp_path / "v1.json")
+    timing = run.timing
+    assert (timing.warmup_s, timing.compile_s, timing.eval_s, timing.checkpoint_s) == (
+        0.0, 0.0, 0.0, 2.5
+    )  # fmt: skip
+    assert timing.end_to_end_s == pytest.approx(40.0 + 2.5)
+    assert [(e.val_loss, e.val_accuracy) for e in run.epochs] == [(1.25, 0.5), (None, None)]
+    assert schema.dump(run.mlflow) == old["mlflow"]
+    assert schema.dump(run.requested_resources) == old["requested_resources"]
+    assert run.hyperparameters == old["hyperparameters"]
+    assert (run.model, run.parameters, run.accuracy, run.test_loss) == (
+        old["model"], old["parameters"], old["accuracy"], old["test_loss"]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("content", ['{"model": "x"}', '["schema_version"]'])
+def test_json_without_a_schema_version_is_named(tmp_path: Path, content: str) -> None:
+    (tmp_path / "bad.json").write_text(content)
+    with pytest.raises(AmpbenchError) as results:
+        read_arm_results(tmp_path / "bad.json")
+    assert str(results.value) == (
+        f"{tmp_path / 'bad.json'}: not the results of an ampbench training run (no schema_version)"
+    )
+    with pytest.raises(AmpbenchError) as comparison:
+        read_comparison(tmp_path / "bad.json")
+    assert str(comparison.value) == (
+        f"{tmp_path / 'bad.json'}: not an ampbench comparison (no schema_version)"
+    )
+
+
+def test_the_errors_of_files_that_are_not_results_in_full(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"schema_version": 99}')
+    with pytest.raises(AmpbenchError) as unknown:
+        read_arm_results(path)
+    assert str(unknown.value) == (
+        f"{path}: schema version 99 is not one this ampbench reads ({RESULTS_SCHEMA_VERSION}); "
+        "produce it again with this version"
+    )
+    path.write_text('{"schema_version": 1}')
+    with pytest.raises(AmpbenchError) as malformed:
+        read_arm_results(path)
+    assert str(malformed.value) == (
+        f"{path}: not valid ampbench results of schema version 1 (KeyError('hyperparameters') "
+        "missing or malformed)"
+    )
+    path.write_text(json.dumps({"schema_version": COMPARISON_SCHEMA_VERSION, "fp32": 1}))
+    with pytest.raises(AmpbenchError) as invalid:
+        read_comparison(path)
+    assert str(invalid.value).startswith(f"{path}: not a valid ampbench comparison (")

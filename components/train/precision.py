@@ -123,7 +123,7 @@ def _read_lines(path: str) -> list[str]:
 def _cpu_flags() -> set[str]:
     for line in _read_lines("/proc/cpuinfo"):
         if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[1].split())
+            return set(line.partition(":")[2].split())
     return set()
 
 
@@ -154,7 +154,7 @@ def cpu_native_features() -> dict[str, bool]:
 def cpu_name() -> str:
     for line in _read_lines("/proc/cpuinfo"):
         if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
+            return line.partition(":")[2].strip()
     return platform.processor() or platform.machine()
 
 
