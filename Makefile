@@ -20,7 +20,7 @@ PY := 3.12
 OUT := dist/gpu-bundle
 
 .DEFAULT_GOAL := help
-.PHONY: help run test fuzz lint format compile bench gpu-bundle gpu-check image image-check services clean
+.PHONY: help run test fuzz mutation lint format compile bench gpu-bundle gpu-check image image-check services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ test: lint services ## Lint, install the services the tests start (Ceph RGW), ru
 
 fuzz: $(STAMP) ## Fuzz the prepare step far longer than `make test` does (new cases each run)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests/test_prepare_fuzz.py --hypothesis-profile=fuzz --hypothesis-show-statistics $(PYTEST_ARGS)
+
+mutation: $(STAMP) ## Mutation-test the modules that decide a user's answer (mutmut; ~30 min; not in `make test`)
+	scripts/mutation.sh
 
 lint: ## ruff, and the offline Dockerfile and manifest checks
 	@# The two venvs are independent: built side by side, a fresh checkout's setup is ~25 s shorter.

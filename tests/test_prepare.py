@@ -85,6 +85,25 @@ def test_cifar10_archive_subset_is_stratified_and_seeded(
     assert again["mean"] == first["mean"] and other["counts"] == first["counts"]
 
 
+def test_a_subset_is_stratified_and_seeded(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b", "c"], {"train": 12, "test": 3})
+    source = str(tmp_path / "tree")
+
+    def subset(name: str, seed: int = 0, use_cache: bool = True) -> dict:
+        return prepare_dataset(
+            source, tmp_path / name, subset=6, options=options(tmp_path, seed=seed),
+            use_cache=use_cache,
+        )  # fmt: skip
+
+    first = subset("a")
+    assert first["counts"] == {"train": 6, "test": 6}
+    assert first["class_counts"] == {"train": [2, 2, 2], "test": [2, 2, 2]}
+    again, other = subset("b", use_cache=False), subset("c", seed=1)
+    rows = {name: read_split(tmp_path / name, "train").indices for name in "abc"}
+    assert torch.equal(rows["a"], rows["b"]) and again["mean"] == first["mean"]
+    assert not torch.equal(rows["a"], rows["c"]) and other["counts"] == first["counts"]
+
+
 def test_png_tree_round_trips_exactly(tmp_path: Path) -> None:
     written = make_image_folder(tmp_path / "tree", ["cat", "dog", "emu"], {"train": 4, "test": 2})
     metadata = prepare_dataset(str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path))
