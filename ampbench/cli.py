@@ -621,6 +621,7 @@ def _ui(args: argparse.Namespace) -> int:
             f"MLFLOW_TRACKING_URI is {safe_tracking_uri()}: open that server's own UI instead"
         )
     base = local_ui_base(args.port)
+    _check_port_free(args.port)
     # Read before the server starts: two processes creating a fresh store's tables would race.
     experiment_id = find_experiment_id(args.experiment)
     print(f"MLflow UI on {base} ({uri}); Ctrl-C stops it")
@@ -641,9 +642,24 @@ def _ui(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, stop)
     try:
-        return server.wait()
+        code = server.wait()
     finally:
         _stop_group(server)
+    # Only a signal to this command stops a UI that works (it raises KeyboardInterrupt above).
+    raise AmpbenchError(f"the MLflow UI server on {base} stopped by itself (exit code {code})")
+
+
+def _check_port_free(port: int) -> None:
+    """A one-line error for a taken --port: MLflow's server only logs it and exits 0."""
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise AmpbenchError(
+                f"--port {port}: cannot serve there ({error.strerror}); pass another --port"
+            ) from None
 
 
 def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ampbench import cli as cli_module
 from ampbench.cli import build_parser, main
 from ampbench.components.prepare import sources as sources_module
 from ampbench.components.train import precision as precision_module
@@ -302,6 +304,34 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
                     os.killpg(group, signal.SIGKILL)
         for try_ in started:
             try_.wait()
+
+
+def test_ui_on_a_taken_port_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = one_line_error(capsys, ["ui", "--port", str(port)])
+    assert line == (
+        f"ampbench: error: --port {port}: cannot serve there (Address already in use); "
+        "pass another --port"
+    )
+
+
+def test_a_ui_server_that_ends_by_itself_is_an_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(cli_module.sys, "executable", "/bin/true")  # a "server" that exits 0
+    monkeypatch.setattr(cli_module, "_check_port_free", lambda port: None)  # nothing binds
+    line = one_line_error(capsys, ["ui", "--port", "5999"])
+    assert line == (
+        "ampbench: error: the MLflow UI server on http://127.0.0.1:5999 stopped by itself "
+        "(exit code 0)"
+    )
 
 
 def test_ui_refuses_a_remote_store(
