@@ -23,8 +23,8 @@ from typing import Any
 import psutil
 import pytest
 import torch
+from children import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 from k8s_standin import StandIn
-from test_train_engine import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 
 from ampbench.cli import build_parser
 from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS

@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
@@ -19,9 +17,9 @@ from typing import Any
 
 import pytest
 import torch
+from children import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 
 from ampbench.components.train import engine
-from ampbench.components.train.checkpoint import NAME
 from ampbench.components.train.config import TrainConfig
 from ampbench.components.train.engine import Trainer, build_optimizer, train
 from ampbench.components.train.flops import train_step_flops
@@ -65,60 +63,6 @@ def test_same_seed_gives_bitwise_identical_metrics(synthetic_dataset: Path) -> N
 
 
 # `ampbench -v` logs each checkpoint it has written (rank 0 alone, under torchrun).
-CHECKPOINT_LOGGED = re.compile(r" DEBUG (?:\[rank 0/\d+\] )?checkpoint (\S+)$")
-
-
-class ChildOutput:
-    """A child's output, read line by line as it comes, so that a test can wait for a line."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, args=(process.stdout,), daemon=True)
-        self._reader.start()
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            self._queue.put(line)
-        self._queue.put(None)
-
-    def wait_for(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
-        """The first line from here on that matches; fails at the end of the output, or after
-        `timeout` s."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                message = f"no {pattern.pattern!r} in {timeout} s:\n{self.text()}"
-                raise AssertionError(message) from None
-            if line is None:
-                raise AssertionError(f"output ended without {pattern.pattern!r}:\n{self.text()}")
-            self.lines.append(line)
-            if found := pattern.search(line.rstrip("\n")):
-                return found
-
-    def rest(self, timeout: float = 120) -> str:
-        """The whole output, once the child has closed it."""
-        self._reader.join(timeout)
-        while not self._queue.empty():
-            line = self._queue.get_nowait()
-            if line is not None:
-                self.lines.append(line)
-        return self.text()
-
-    def text(self) -> str:
-        return "".join(self.lines)
-
-
-def wait_for_checkpoint(output: ChildOutput, timeout: float = 240) -> Path:
-    """The first checkpoint the child logs as written; it is on disk then."""
-    path = Path(output.wait_for(CHECKPOINT_LOGGED, timeout)[1])
-    assert NAME.match(path.name) and path.is_file(), path
-    return path
-
-
 def ampbench_train(
     dataset: Path, out: Path, *extra: str, verbose: bool = False
 ) -> subprocess.Popen[str]:
@@ -129,13 +73,6 @@ def ampbench_train(
         "--subset", "400", "--deterministic", "--no-tracking", "--output-dir", str(out), *extra,
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def assert_resumed_mid_epoch(output: str) -> None:
-    """The resumed run's log names the checkpoint it continued from: not an epoch's end."""
-    found = re.search(r"resume: \S+ \(epoch (\d+), step (\d+)\)", output)
-    assert found, output
-    assert int(found[2]) != 0, f"resumed at an epoch boundary: {found[0]}"
 
 
 def test_sigkill_mid_epoch_then_resume_ends_like_an_uninterrupted_run(
