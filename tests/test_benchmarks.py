@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -119,7 +120,10 @@ def test_gpu_check_from_a_bundle_on_the_cpu(cifar_archive: Path, tmp_path: Path)
     assert all(loop["images_per_s"] > 0 and loop["steps"] > 0 for loop in bare)
     gpu = json.loads((out / "gpu.json").read_text())
     comparison = gpu["comparisons"]["64"]
-    assert list(comparison["arms"]) == ["fp32", "bf16"] and comparison["speedup"] > 0
+    assert list(comparison["arms"]) == ["fp32", "bf16"]
+    # One seed: the speedup is the arms' own throughputs' ratio, from this run's arms.
+    throughput = [arm["timing"]["throughput_img_s"] for arm in arms]
+    assert comparison["speedup"] == pytest.approx(throughput[1] / throughput[0], rel=1e-9)
     ratios = gpu["engine_over_bare"]["64"]
     assert list(ratios) == ["fp32", "bf16"]
     for precision, ratio in ratios.items():
@@ -144,13 +148,18 @@ def test_gpu_check_from_a_bundle_on_the_cpu(cifar_archive: Path, tmp_path: Path)
     assert vit_arms[1]["precision"]["emulated"] and vit_arms[0]["hyperparameters"]["lr"] == 0.02
     vit = json.loads((out / "vit.json").read_text())
     assert list(vit["comparisons"]["16"]["arms"]) == ["fp32", "fp8"] and not vit["bare"]
+    vit_throughput = [arm["timing"]["throughput_img_s"] for arm in vit_arms]
+    assert vit["comparisons"]["16"]["speedup"] == pytest.approx(
+        vit_throughput[1] / vit_throughput[0], rel=1e-9
+    )
 
     # Pipeline stage: the whole pipeline through the KFP local runner, MLflow in sqlite.
     pipeline = (out / "pipeline.txt").read_text()
     assert "===== RESULTS =====" in pipeline and "Verdict: On " in pipeline
     assert (out / "pipeline" / "mlflow.db").stat().st_size > 0
     results = json.loads((out / "pipeline" / "run" / "results.json").read_text())
-    assert results  # the compare step's JSON
+    assert list(results["arms"]) == ["fp32", "amp"]  # the compare step's JSON
+    assert f"{results['speedup']:.2f}x" in pipeline
 
 
 def test_gpu_check_refuses_a_missing_archive(tmp_path: Path) -> None:
@@ -163,6 +172,22 @@ def test_gpu_check_refuses_a_missing_archive(tmp_path: Path) -> None:
         done.stderr.strip()
         == f"gpu_check: --data {tmp_path / 'none'}: no such file (the CIFAR-10 archive)"
     )
+
+
+def test_gpu_check_without_a_gpu_fails_instead_of_skipping_every_test(tmp_path: Path) -> None:
+    archive = tmp_path / "archive.tar.gz"
+    archive.write_bytes(b"")  # not read: the check stops before
+    done = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--data", str(archive),
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "gpu_check: CUDA is not visible to torch here (run where a GPU is, or pass --cpu-smoke)"
+    )
+    assert not (tmp_path / "out" / "gpu-tests.txt").exists()
 
 
 def test_gpu_check_refuses_a_folder_that_is_no_bundle(cifar_archive: Path, tmp_path: Path) -> None:
