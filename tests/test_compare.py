@@ -15,6 +15,7 @@ import pytest
 from ampbench import schema
 from ampbench.components.compare.analysis import (
     PUBLISHED,
+    arm_label,
     batch_size_of,
     compare_arms,
     compare_runs,
@@ -787,3 +788,56 @@ def test_the_comparison_does_not_depend_on_the_order_the_runs_come_in() -> None:
     assert forward.comparisons["amp"].per_seed["speedup"] == pytest.approx(
         [300.0 / 120.0, 301.0 / 123.0, 302.0 / 126.0]
     )
+
+
+def test_memory_ratios_below_one_megabyte_and_a_zero_peak() -> None:
+    """Peaks of a fraction of a MB still make a ratio; a zero peak in any seed makes none (a
+    ratio over some seeds only would pass for one over all)."""
+    fp32 = [arm_result("fp32", s, 0.7, 0.5, 300.0) for s in range(2)]
+    amp = [arm_result("amp", s, 0.7, 0.25, 100.0) for s in range(2)]
+    this = compare_arms({"fp32": fp32, "amp": amp}).comparisons["amp"]
+    assert this.memory_ratio is not None and this.memory_ratio.value == pytest.approx(0.5)
+    amp[1] = arm_result("amp", 1, 0.7, 0.0, 100.0)
+    assert compare_arms({"fp32": fp32, "amp": amp}).comparisons["amp"].memory_ratio is None
+
+
+def test_an_arm_is_named_by_its_precision_after_what_varies() -> None:
+    run = with_(arm_result("bf16", 0, 0.7, 1.0, 1.0, batch_size=512), model="vit-s")
+    assert arm_label(run, False, False) == "bf16"
+    assert arm_label(run, True, True) == "vit-s b512 bf16"
+    assert arm_label(run, False, True, world_sizes_vary=True) == "b512 x1 bf16"
+
+
+def test_the_fastest_per_model_sentence_in_full() -> None:
+    comparison = compare_runs(matrix())
+    expected = []
+    for model in ("resnet18", "vit-s"):
+        name = f"{model} b512 bf16"
+        images_s = comparison.arms[name].throughput_img_s.value
+        speedup = comparison.comparisons[name].speedup.value
+        expected.append(
+            f"{model}: bf16 at batch 512 ({images_s:,.1f} images/s, {speedup:.2f}x its "
+            f"{model} b512 fp32 baseline)"
+        )
+    sentence = "Fastest per model without a significant accuracy loss: " + "; ".join(expected)
+    assert sentence + "." in comparison.verdict
+
+
+def test_batch_sizes_are_listed_by_value() -> None:
+    runs = [
+        arm_result(precision, 0, 0.7, 1.0, time_s, batch_size=batch)
+        for batch in (512, 64)
+        for precision, time_s in (("fp32", 2.0), ("bf16", 1.0))
+    ]
+    assert compare_runs(runs).settings["batch sizes"] == "64, 512"  # not "512, 64"
+
+
+def test_a_matrix_with_nothing_in_it_and_one_allowed_to_differ() -> None:
+    with pytest.raises(AmpbenchError) as empty:
+        compare_runs([])
+    assert str(empty.value) == "no training results to compare"
+    runs = [matrix_run("resnet18", 128, precision, 0) for precision in ("fp32", "bf16")]
+    runs[1] = with_(runs[1], hyperparameters={**runs[1].hyperparameters, "epochs": 5})
+    with pytest.raises(AmpbenchError, match="--allow-mismatch"):
+        compare_runs(runs)
+    assert compare_runs(runs, allow_mismatch=True).mismatches
