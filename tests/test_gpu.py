@@ -27,7 +27,15 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU is visible"),
 ]
-CHANCE = 0.1
+# The synthetic classes are stripes on a random colour per image (colour says nothing): with
+# 40 or more steps of 50 a correct trainer gets the test images all but all right (1.0 on a
+# CPU in fp32 and bf16 at these settings), where a broken schedule, normalisation or
+# augmentation fell to 0.85 or below on the CPU tests' 60 steps of 20 (test_train.py).
+HIGH_BAR = 0.95
+# Two runs are compared where training is stable: at the default 0.1 small-cnn's test loss
+# reached 1,000 on an H200 (older data), and rounding differences grew into 10 % apart in
+# training loss.
+STABLE_LR = 0.02
 
 
 def config(dataset: Path, **overrides: Any) -> TrainConfig:
@@ -64,10 +72,12 @@ def test_each_precision_trains_on_the_gpu(requested: str, synthetic_dataset: Pat
     gpu = pick_device("cuda")
     if torch.cuda.get_device_capability(gpu) < (8, 0) and requested in ("bf16", "tf32"):
         pytest.skip(f"{requested} needs compute capability 8.0")
-    results, _ = train(config(synthetic_dataset, precision=requested, epochs=2, batch_size=50))
+    results, _ = train(
+        config(synthetic_dataset, precision=requested, epochs=2, batch_size=50, lr=STABLE_LR)
+    )
     assert results.device.type == "cuda" and results.device.name == torch.cuda.get_device_name()
     assert results.precision.requested == requested and not results.precision.emulated
-    assert results.accuracy > 4 * CHANCE
+    assert results.accuracy >= HIGH_BAR, results.epochs
     assert results.memory.kind == "cuda_allocated"
     assert results.memory.train_peak_mb > 0 and results.memory.total_peak_mb > 0
     assert results.memory.train_peak_reserved_mb is not None
@@ -148,11 +158,6 @@ def test_compile_on_the_gpu(synthetic_dataset: Path) -> None:
     assert_same_trajectory(compiled, eager, rel=0.1)
 
 
-# Two runs are compared where training is stable: at the default 0.1 small-cnn's test loss
-# reached 1,000 on an H200, and rounding differences grew into 10 % apart in training loss.
-STABLE_LR = 0.02
-
-
 def assert_same_trajectory(a: Any, b: Any, rel: float) -> None:
     """Per-epoch training loss within `rel` of each other, and test accuracy within 5 points:
     the same training, up to the kernels' own rounding (cuDNN's backward sums with atomics)."""
@@ -162,7 +167,7 @@ def assert_same_trajectory(a: Any, b: Any, rel: float) -> None:
             second,
         )
         assert abs(first.test_accuracy - second.test_accuracy) < 0.05, (first, second)
-    assert a.accuracy > 4 * CHANCE and b.accuracy > 4 * CHANCE
+    assert a.accuracy >= HIGH_BAR and b.accuracy >= HIGH_BAR, (a.epochs, b.epochs)
 
 
 @pytest.mark.parametrize("requested", ["fp32", "amp", "bf16"])
