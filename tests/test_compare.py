@@ -19,6 +19,7 @@ from ampbench.components.compare.analysis import (
     batch_size_of,
     compare_arms,
     compare_runs,
+    pair,
     precision_label,
 )
 from ampbench.components.compare.plots import BATCH_PLOT, PLOTS, SCALING_PLOT
@@ -797,8 +798,23 @@ def test_memory_ratios_below_one_megabyte_and_a_zero_peak() -> None:
     amp = [arm_result("amp", s, 0.7, 0.25, 100.0) for s in range(2)]
     this = compare_arms({"fp32": fp32, "amp": amp}).comparisons["amp"]
     assert this.memory_ratio is not None and this.memory_ratio.value == pytest.approx(0.5)
+    # arm_result's total peak is the training peak + 300 MB.
+    assert this.total_memory_ratio is not None
+    assert this.total_memory_ratio.value == pytest.approx(300.25 / 300.5)
+    assert this.note is None
     amp[1] = arm_result("amp", 1, 0.7, 0.0, 100.0)
-    assert compare_arms({"fp32": fp32, "amp": amp}).comparisons["amp"].memory_ratio is None
+    this = compare_arms({"fp32": fp32, "amp": amp}).comparisons["amp"]
+    assert this.memory_ratio is None and this.per_seed["memory_ratio"] == [None, None]
+    assert this.note == (
+        "memory ratio not given: a training peak of 0 MB in some seed (on a CPU the resident "
+        "set need not grow when freed pages are reused)"
+    )
+
+
+def test_pairing_refuses_lists_of_unequal_length() -> None:
+    fp32 = [arm_result("fp32", s, 0.7, 1.0, 2.0) for s in range(2)]
+    with pytest.raises(ValueError, match="zip"):
+        pair("fp32", fp32, "amp", [arm_result("amp", 0, 0.7, 1.0, 1.0)])
 
 
 def test_an_arm_is_named_by_its_precision_after_what_varies() -> None:

@@ -200,12 +200,12 @@ def summarize(name: str, runs: Sequence[ArmResults], group: str, baseline_arm: s
 
 
 def _memory_ratios(
-    base: Sequence[ArmResults], arm: Sequence[ArmResults], peak: Callable[[ArmResults], float]
+    pairs: Sequence[tuple[ArmResults, ArmResults]], peak: Callable[[ArmResults], float]
 ) -> list[float] | None:
     """Per-seed ratios, or None if any peak is zero: a ratio over some seeds only would
     pass for one over all of them."""
-    if all(peak(b) > 0 and peak(a) > 0 for b, a in zip(base, arm, strict=True)):
-        return [peak(a) / peak(b) for b, a in zip(base, arm, strict=True)]
+    if all(peak(b) > 0 and peak(a) > 0 for b, a in pairs):
+        return [peak(a) / peak(b) for b, a in pairs]
     return None
 
 
@@ -213,20 +213,16 @@ def pair(
     baseline: str, base: Sequence[ArmResults], name: str, arm: Sequence[ArmResults]
 ) -> ArmComparison:
     """The arm against the baseline; both lists hold the same seeds in the same order."""
-    speedups = [
-        a.timing.throughput_img_s / b.timing.throughput_img_s
-        for b, a in zip(base, arm, strict=True)
-    ]
-    end_to_end = [
-        b.timing.end_to_end_s / a.timing.end_to_end_s for b, a in zip(base, arm, strict=True)
-    ]
-    memory = _memory_ratios(base, arm, lambda r: r.memory.train_peak_mb)
-    total = _memory_ratios(base, arm, lambda r: r.memory.total_peak_mb)
-    deltas = [100.0 * (a.accuracy - b.accuracy) for b, a in zip(base, arm, strict=True)]
+    pairs = list(zip(base, arm, strict=True))
+    speedups = [a.timing.throughput_img_s / b.timing.throughput_img_s for b, a in pairs]
+    end_to_end = [b.timing.end_to_end_s / a.timing.end_to_end_s for b, a in pairs]
+    memory = _memory_ratios(pairs, lambda r: r.memory.train_peak_mb)
+    total = _memory_ratios(pairs, lambda r: r.memory.total_peak_mb)
+    deltas = [100.0 * (a.accuracy - b.accuracy) for b, a in pairs]
     # MLPerf's comparison: time to the target, baseline over arm, where both got there.
     to_target = [
         b.time_to_target.train_time_s / a.time_to_target.train_time_s
-        for b, a in zip(base, arm, strict=True)
+        for b, a in pairs
         if b.time_to_target
         and a.time_to_target
         and b.time_to_target.train_time_s
