@@ -643,7 +643,33 @@ def test_the_fastest_arm_is_not_one_that_loses_accuracy_significantly() -> None:
     ]
     comparison = compare_runs(runs)
     assert comparison.comparisons["resnet18 b512 bf16"].accuracy_delta_pp.excludes(0.0)
-    assert comparison.best_per_model["resnet18"] == "resnet18 b128 bf16"
+    assert comparison.best_per_model == {
+        "resnet18": "resnet18 b128 bf16",
+        "vit-s": "vit-s b512 bf16",
+    }
+
+
+@pytest.mark.parametrize(
+    ("deltas_pp", "eligible"),
+    [
+        ((-1.0, 0.5, -0.25), True),  # a loss within noise: the interval holds 0
+        ((0.4, 0.5, 0.6), True),  # a significant gain, below 1 pp
+        ((-0.6, -0.5, -0.4), False),  # a significant loss
+    ],
+)
+def test_only_a_significant_accuracy_loss_rules_the_fastest_arm_out(
+    deltas_pp: tuple[float, ...], eligible: bool
+) -> None:
+    fp32 = [arm_result("fp32", s, 0.7, 1.0, 200.0) for s in range(3)]
+    bf16 = [arm_result("bf16", s, 0.7 + d / 100, 1.0, 100.0) for s, d in enumerate(deltas_pp)]
+    comparison = compare_arms({"fp32": fp32, "bf16": bf16})
+    assert comparison.best_per_model == {"resnet18": "bf16" if eligible else "fp32"}
+
+
+def test_of_arms_equally_fast_the_first_stays_the_fastest() -> None:
+    fp32 = [arm_result("fp32", s, 0.7, 1.0, 100.0) for s in range(2)]
+    bf16 = [arm_result("bf16", s, 0.7, 1.0, 100.0) for s in range(2)]
+    assert compare_arms({"fp32": fp32, "bf16": bf16}).best_per_model == {"resnet18": "fp32"}
 
 
 def test_time_to_target_is_compared_where_both_got_there_and_misses_are_named() -> None:
@@ -752,6 +778,15 @@ def test_scaling_compares_each_world_size_with_one_process_and_its_baseline(
     assert "## Scaling" in outputs.report.read_text()
     # One world size: no scaling section.
     assert compare_runs([r for r in runs if r.world_size == 1]).scaling == []
+    # One seed; and an arm at 2 processes with no one-process run has no efficiency.
+    one_seed = compare_runs([r for r in runs if r.seed == 0])
+    assert {(r.precision, r.world_size) for r in one_seed.scaling} == set(times)
+    no_single = compare_runs(
+        [r for r in runs if (r.precision.requested, r.world_size) != ("amp", 1)]
+    )
+    rows = {(row.precision, row.world_size): row for row in no_single.scaling}
+    assert rows[("amp", 2)].scaling_efficiency is None
+    assert rows[("fp32", 2)].scaling_efficiency == pytest.approx(100 / 120, rel=1e-3)
 
 
 def test_arms_at_other_world_sizes_are_refused_outside_a_matrix() -> None:
@@ -802,6 +837,15 @@ def test_memory_ratios_below_one_megabyte_and_a_zero_peak() -> None:
     assert this.total_memory_ratio is not None
     assert this.total_memory_ratio.value == pytest.approx(300.25 / 300.5)
     assert this.note is None
+    expected = {
+        "speedup": [3.0, 3.0],
+        "end_to_end_ratio": [310 / 110, 310 / 110],
+        "memory_ratio": [0.5, 0.5],
+        "accuracy_delta_pp": [0.0, 0.0],
+    }
+    assert list(this.per_seed) == list(expected)
+    for key, values in expected.items():
+        assert this.per_seed[key] == pytest.approx(values), key
     amp[1] = arm_result("amp", 1, 0.7, 0.0, 100.0)
     this = compare_arms({"fp32": fp32, "amp": amp}).comparisons["amp"]
     assert this.memory_ratio is None and this.per_seed["memory_ratio"] == [None, None]
