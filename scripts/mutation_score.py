@@ -1,5 +1,6 @@
 """Mutation score per module from `mutmut results --all true`, less the equivalent mutants
-README.md lists (`- \`mutant name\`: why it is equivalent`); fails below the goal."""
+README.md lists (lines `- NAME: why it is equivalent`, NAME in backquotes); fails below
+the goal."""
 
 from __future__ import annotations
 
@@ -23,9 +24,8 @@ def main() -> int:
     parser.add_argument("results", type=Path, help="output of `mutmut results --all true`")
     parser.add_argument("modules", nargs="+", help="the mutated files, as staged")
     args = parser.parse_args()
-    statuses = dict(
-        line.strip().rsplit(": ", 1) for line in args.results.read_text().splitlines() if ": " in line
-    )
+    lines = args.results.read_text().splitlines()
+    statuses = dict(line.strip().rsplit(": ", 1) for line in lines if ": " in line)
     equivalent = equivalent_mutants(README)
     counts: dict[str, Counter[str]] = {}
     for name, status in statuses.items():
