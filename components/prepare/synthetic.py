@@ -2,10 +2,11 @@
 
 Each class is a grating's period (one of five) and direction (horizontal or vertical stripes);
 every image has a random colour, phase and noise. Colour says nothing about the class, so a
-model must learn the stripes' structure: a trainer whose augmentation, normalisation or
-schedule is broken shows it in the accuracy. The classes survive the trainer's augmentation
-(a translation changes the phase, a horizontal flip keeps each stripe direction). The content
-depends on nothing but the generator's version, so the data set is the same everywhere.
+model must learn the stripes' structure: crops that scramble it, labels out of step with their
+images or a normalisation applied twice show in the accuracy. The classes survive the
+trainer's augmentation (a translation changes the phase, a horizontal flip keeps each stripe
+direction). The content depends on nothing but the generator's version, so the data set is
+the same everywhere.
 """
 
 from __future__ import annotations
