@@ -147,7 +147,7 @@ def test_batches_are_resized_after_crop_and_flip_before_normalisation() -> None:
 def test_a_torchvision_model_by_name_trains_at_image_size(
     synthetic_dataset: Path, tmp_path: Path
 ) -> None:
-    options = ("--model", "squeezenet1_1", "--image-size", "48")
+    options = ("--model", "squeezenet1_1", "--image-size", "48", "--lr", "0.01")
     assert main(train_argv(synthetic_dataset, tmp_path / "o", *options)) == 0
     results = read_arm_results(tmp_path / "o" / "results.json")
     assert results.model == "squeezenet1_1"
