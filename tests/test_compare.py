@@ -901,3 +901,13 @@ def test_a_matrix_with_nothing_in_it_and_one_allowed_to_differ() -> None:
     with pytest.raises(AmpbenchError, match="--allow-mismatch"):
         compare_runs(runs)
     assert compare_runs(runs, allow_mismatch=True).mismatches
+
+
+def test_estimates_refuse_no_values_and_ratios_that_are_not_positive() -> None:
+    with pytest.raises(ValueError) as empty:
+        mean_estimate([])
+    assert str(empty.value) == "no values to estimate from"
+    for ratios in ([1.5, 0.0], [1.5, -2.0]):
+        with pytest.raises(ValueError) as refused:
+            ratio_estimate(ratios)
+        assert str(refused.value) == f"ratios must be positive: {ratios}"

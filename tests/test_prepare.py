@@ -22,6 +22,7 @@ from PIL import Image
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset
 from ampbench.components.prepare import sources as sources_module
+from ampbench.components.prepare.dataset import channel_stats
 from ampbench.dataset_format import read_metadata, read_split
 from ampbench.errors import AmpbenchError
 
@@ -60,6 +61,20 @@ def test_synthetic_is_learnable_shaped_data(tmp_path: Path) -> None:
     assert metadata["std"] == pytest.approx(train.std(dim=(0, 2, 3), correction=0).tolist())
     both = torch.cat([train, test])
     assert metadata["mean"] != pytest.approx(both.mean(dim=(0, 2, 3)).tolist(), abs=1e-6)
+
+
+@pytest.mark.parametrize("chunk_pixels", [16, 1 << 20])
+def test_channel_statistics_are_exact_in_chunks_and_whole(chunk_pixels: int) -> None:
+    images = np.random.default_rng(3).integers(0, 256, size=(7, 5, 5, 3), dtype=np.uint8)
+    mean, std = channel_stats(images, chunk_pixels=chunk_pixels)  # 175 pixels: 11 chunks of 16
+    scaled = images.reshape(-1, 3) / 255.0
+    assert mean == pytest.approx(scaled.mean(axis=0).tolist(), rel=1e-12)
+    assert std == pytest.approx(scaled.std(axis=0).tolist(), rel=1e-12)
+
+
+def test_channel_statistics_of_one_pixel() -> None:
+    mean, std = channel_stats(np.array([[[[51, 102, 255]]]], dtype=np.uint8))
+    assert mean == pytest.approx([0.2, 0.4, 1.0]) and std == [0.0, 0.0, 0.0]
 
 
 def test_cifar10_archive_subset_is_stratified_and_seeded(
