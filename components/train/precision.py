@@ -192,7 +192,7 @@ def resolve(requested: str, device: torch.device, allow_emulated: bool = False) 
             f"{device.type} (on a CPU use fp32, bf16 or amp)"
         )
     if name == "fp32":
-        return Precision(requested, name, device.type, support="native")
+        return Precision(requested, name, device.type)
     native, support = _cpu_support(name)
     if native:
         return Precision(requested, name, device.type, support=support)
