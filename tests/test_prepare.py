@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import logging
+import re
 import shutil
 import tarfile
 import threading
@@ -22,7 +23,7 @@ from PIL import Image
 
 from ampbench.components.prepare import SourceOptions, prepare_dataset
 from ampbench.components.prepare import sources as sources_module
-from ampbench.components.prepare.dataset import channel_stats
+from ampbench.components.prepare.dataset import _cache_key, channel_stats
 from ampbench.dataset_format import read_metadata, read_split
 from ampbench.errors import AmpbenchError
 
@@ -70,6 +71,15 @@ def test_channel_statistics_are_exact_in_chunks_and_whole(chunk_pixels: int) -> 
     scaled = images.reshape(-1, 3) / 255.0
     assert mean == pytest.approx(scaled.mean(axis=0).tolist(), rel=1e-12)
     assert std == pytest.approx(scaled.std(axis=0).tolist(), rel=1e-12)
+
+
+def test_the_cache_key_depends_on_content_and_settings_not_their_order() -> None:
+    settings = {"subset": 0, "seed": 0, "image_size": None}
+    key = _cache_key("ab" * 32, settings)
+    assert re.fullmatch(r"[0-9a-f]{32}", key)
+    assert _cache_key("ab" * 32, dict(reversed(settings.items()))) == key
+    assert _cache_key("cd" * 32, settings) != key
+    assert _cache_key("ab" * 32, {**settings, "seed": 1}) != key
 
 
 def test_channel_statistics_of_one_pixel() -> None:
