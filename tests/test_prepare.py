@@ -238,6 +238,11 @@ def test_own_val_folder_is_kept(tmp_path: Path) -> None:
     make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 3, "val": 2, "test": 1})
     metadata = prepare_dataset(str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path))
     assert metadata["counts"] == {"train": 6, "val": 4, "test": 2}
+    with pytest.raises(AmpbenchError) as twice:
+        prepare_dataset(
+            str(tmp_path / "tree"), tmp_path / "out2", val_fraction=0.5, options=options(tmp_path)
+        )
+    assert str(twice.value) == "--val-fraction: the source has its own val/ split already"
 
 
 @pytest.mark.parametrize("suffix", [".tar", ".tar.gz", ".tgz", ".zip"])
