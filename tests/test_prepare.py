@@ -7,9 +7,11 @@ import hashlib
 import http.server
 import json
 import logging
+import os
 import re
 import shutil
 import tarfile
+import tempfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -21,7 +23,9 @@ import torch
 from datagen import make_cifar_python_tarball, make_image_folder, make_tar
 from PIL import Image
 
+import ampbench
 from ampbench.components.prepare import SourceOptions, prepare_dataset
+from ampbench.components.prepare import dataset as dataset_module
 from ampbench.components.prepare import sources as sources_module
 from ampbench.components.prepare.dataset import _cache_key, channel_stats
 from ampbench.dataset_format import read_metadata, read_split
@@ -294,6 +298,96 @@ def test_non_images_are_skipped_and_counted(tmp_path: Path) -> None:
         "non_image_files": 1,
         "bad_images": 0,
     }
+
+
+def test_metadata_records_the_source_the_settings_and_every_file(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 3, "test": 1})
+    metadata = prepare_dataset(
+        str(tmp_path / "tree"), tmp_path / "out", subset=4, val_fraction=0.5,
+        options=options(tmp_path, seed=3),
+    )  # fmt: skip
+    assert set(metadata) == {
+        "format_version", "classes", "image_shape", "counts", "class_counts", "mean", "std",
+        "source", "settings", "skipped", "bad_images", "files", "ampbench_version", "cache_key",
+    }  # fmt: skip
+    assert metadata["source"]["spec"] == str(tmp_path / "tree")
+    assert set(metadata["source"]) == {"spec", "kind", "description", "sha256"}
+    assert len(metadata["source"]["sha256"]) == 64 and metadata["source"]["description"]
+    assert metadata["settings"] == {
+        "test_fraction": 0.2, "image_size": None, "seed": 3, "skip_bad_images": False,
+        "subset": 4, "val_fraction": 0.5,
+    }  # fmt: skip
+    on_disk = sorted(str(f.relative_to(tmp_path / "out")) for f in (tmp_path / "out").rglob("*"))
+    assert sorted(metadata["files"]) == [f for f in on_disk if f.endswith(".parquet")]
+    assert {f.split("/")[0] for f in metadata["files"]} == {"train", "val", "test"}
+    assert metadata["ampbench_version"] == ampbench.__version__
+    assert metadata["bad_images"] == []
+
+
+def truncated_pngs(folder: Path, count: int, good: bytes) -> None:
+    for i in range(count):
+        (folder / f"bad{i:03d}.png").write_bytes(good[: len(good) // 2])
+
+
+def test_bad_images_are_counted_over_the_splits_and_listed_up_to_a_hundred(
+    tmp_path: Path,
+) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    good = (tmp_path / "tree" / "train" / "a" / "0000.png").read_bytes()
+    truncated_pngs(tmp_path / "tree" / "train" / "a", 60, good)
+    truncated_pngs(tmp_path / "tree" / "test" / "b", 60, good)
+    metadata = prepare_dataset(
+        str(tmp_path / "tree"), tmp_path / "out", options=options(tmp_path, skip_bad_images=True)
+    )
+    assert metadata["counts"] == {"train": 4, "test": 2}
+    assert metadata["skipped"]["bad_images"] == 120
+    assert len(metadata["bad_images"]) == 100
+    assert metadata["bad_images"][0].startswith("train/a/bad000.png")
+    assert metadata["bad_images"][-1].startswith("test/b/bad039.png")
+
+
+def test_a_split_of_one_usable_image_is_kept_and_one_of_none_is_named(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    good = (tmp_path / "tree" / "train" / "a" / "0000.png").read_bytes()
+    shutil.rmtree(tmp_path / "tree" / "test" / "b")
+    (tmp_path / "tree" / "test" / "b").mkdir()
+    truncated_pngs(tmp_path / "tree" / "test" / "b", 1, good)
+    settings = options(tmp_path, skip_bad_images=True)
+    metadata = prepare_dataset(str(tmp_path / "tree"), tmp_path / "one", options=settings)
+    assert metadata["counts"]["test"] == 1
+    assert metadata["class_counts"]["test"] == [1, 0]  # class b, with no image, is counted
+    truncated_pngs(tmp_path / "tree" / "test" / "a", 1, good)
+    (tmp_path / "tree" / "test" / "a" / "0000.png").unlink()
+    with pytest.raises(AmpbenchError) as refused:
+        prepare_dataset(str(tmp_path / "tree"), tmp_path / "none", options=settings)
+    assert str(refused.value) == f"{tmp_path / 'tree'}: the test split has no usable images"
+
+
+def test_a_damaged_cache_entry_is_replaced_and_a_lost_race_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 2, "test": 1})
+    source = str(tmp_path / "tree")
+    # The cache is written beside itself, not in the temporary folder (maybe another disk).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    first = prepare_dataset(source, tmp_path / "one", options=options(tmp_path))
+    prepared = tmp_path / "cache" / "prepared"
+    assert [p.name for p in prepared.iterdir()] == [first["cache_key"]]
+    (prepared / first["cache_key"] / "metadata.json").write_text("{broken")
+    prepare_dataset(source, tmp_path / "two", options=options(tmp_path))
+    assert read_metadata(prepared / first["cache_key"])["counts"] == first["counts"]
+    # Another process filled the cache first: ours is dropped, the output is still made.
+    shutil.rmtree(prepared / first["cache_key"])
+    replace = os.replace
+
+    def lose_the_race(src: object, dst: object) -> None:
+        if Path(str(dst)).parent == prepared:
+            raise FileExistsError(dst)
+        replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dataset_module.os, "replace", lose_the_race)
+    third = prepare_dataset(source, tmp_path / "three", options=options(tmp_path))
+    assert third["counts"] == first["counts"] and not any(prepared.iterdir())
 
 
 def test_same_source_and_options_again_is_a_cache_hit(
