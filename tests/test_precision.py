@@ -361,6 +361,11 @@ def test_both_bf16_features_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve("bf16", CPU).support == "native: AVX512_BF16 and AMX-BF16 on Test Xeon"
 
 
+def test_fp16_on_a_cpu_with_amx_fp16_is_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu_with(monkeypatch, bf16=False, fp16=True)
+    assert resolve("fp16", CPU).support == "native: AMX-FP16 on Test Xeon"
+
+
 def test_fp16_autocast_on_a_cpu_is_float16() -> None:
     # (bf16 is autocast's default on a CPU: only fp16 shows that the dtype is passed.)
     with Precision("fp16", "fp16", "cpu", emulated=True).autocast():
