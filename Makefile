@@ -49,11 +49,12 @@ fuzz: $(STAMP) ## Fuzz the prepare step far longer than `make test` does (new ca
 mutation: $(STAMP) ## Mutation-test the modules that decide a user's answer (mutmut; ~30 min; not in `make test`)
 	scripts/mutation.sh
 
-lint: ## ruff, and the offline Dockerfile and manifest checks
+lint: ## ruff, the import layers (import-linter), and the offline Dockerfile and manifest checks
 	@# The two venvs are independent: built side by side, a fresh checkout's setup is ~25 s shorter.
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	BIN=$(abspath $(BIN)) scripts/lint-imports.sh
 	TOOLS_VENV=$(TOOLS_VENV) scripts/validate-deploy.sh
 
 services: ## Install Ceph's RADOS Gateway for the S3 tests, if missing (needs root)

@@ -84,7 +84,7 @@ def name_list(text: str) -> list[str]:
 
 def precision_list(text: str) -> list[str]:
     """`tf32,fp16,bf16`: distinct precision names, each one ampbench knows."""
-    from ampbench.components.train import PRECISIONS
+    from ampbench.train import PRECISIONS
 
     names = name_list(text)
     for name in names:
@@ -98,7 +98,7 @@ def precision_list(text: str) -> list[str]:
 def model_name(text: str) -> str:
     """A --model value: a usage error, like any other malformed option. Only a name that is
     neither built in nor of the factory form costs an import (torchvision's list)."""
-    from ampbench.components.train.config import model_name_problem
+    from ampbench.train.config import model_name_problem
 
     problem = model_name_problem(text)
     if problem is not None:

@@ -35,7 +35,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _add_training_options(parser: argparse.ArgumentParser) -> None:
     """What `run` and `train` share, with TrainConfig's defaults."""
-    from ampbench.components.train.config import MODEL_FORMS, TrainConfig
+    from ampbench.train.config import MODEL_FORMS, TrainConfig
 
     parser.add_argument(
         "--subset",
@@ -110,7 +110,7 @@ def _add_comparison_options(parser: argparse.ArgumentParser) -> None:
 
 # -- run ----------------------------------------------------------------------------------------
 def _add_run(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train import (
+    from ampbench.train import (
         AMP_PRECISION,
         BASELINE_PRECISION,
         DEFAULT_DATA,
@@ -177,8 +177,8 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
 def _check_precisions_here(precisions: Sequence[str], allow_emulated: bool) -> None:
     """The local runner trains on this machine: a precision it cannot run natively stops
     the command now, not after the data is prepared."""
-    from ampbench.components.train.engine import pick_device
-    from ampbench.components.train.precision import resolve
+    from ampbench.train.engine import pick_device
+    from ampbench.train.precision import resolve
 
     device = pick_device("auto")
     for precision in precisions:
@@ -199,14 +199,14 @@ def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: ob
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ampbench.components.train import AMP_PRECISION
-    from ampbench.components.train.config import (
+    from ampbench.matrix import check_matrix, matrix_runs
+    from ampbench.pipelines.local import export, run_local, summary_lines
+    from ampbench.train import AMP_PRECISION
+    from ampbench.train.config import (
         MIN_STEPS_PER_EPOCH,
         TrainConfig,
         short_run_batch_size,
     )
-    from ampbench.matrix import check_matrix, matrix_runs
-    from ampbench.pipelines.local import export, run_local, summary_lines
 
     models = _one_or_list(args, "model", "models", TrainConfig.model)
     if args.batch_size is None and args.batch_sizes is None:
@@ -283,7 +283,7 @@ def _compile(args: argparse.Namespace) -> int:
 
 # -- prepare ------------------------------------------------------------------------------------
 def _add_prepare(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.prepare.limits import (
+    from ampbench.data.limits import (
         DEFAULT_MAX_DECODED_BYTES,
         DEFAULT_MAX_EXTRACT_BYTES,
         DEFAULT_MAX_IMAGE_PIXELS,
@@ -345,9 +345,9 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from ampbench.components.prepare import SourceOptions, prepare_dataset
-    from ampbench.components.prepare.limits import Limits
-    from ampbench.components.prepare.sources import default_cache_dir
+    from ampbench.data import SourceOptions, prepare_dataset
+    from ampbench.data.limits import Limits
+    from ampbench.data.sources import default_cache_dir
 
     metadata = prepare_dataset(
         args.data,
@@ -376,8 +376,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 # -- train --------------------------------------------------------------------------------------
 def _add_train(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train import GRAD_COMM, PRECISIONS
-    from ampbench.components.train.config import TrainConfig
+    from ampbench.train import GRAD_COMM, PRECISIONS
+    from ampbench.train.config import TrainConfig
 
     parser = commands.add_parser(
         "train",
@@ -476,9 +476,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ampbench.components.train.config import TrainConfig
-    from ampbench.components.train.launch import MODEL_FILE, RESULTS_FILE
-    from ampbench.components.train.step import TrackingOptions, run_training
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.launch import MODEL_FILE, RESULTS_FILE
+    from ampbench.train.step import TrackingOptions, run_training
 
     for location in (args.dataset, args.output_dir):
         if storage.is_s3(location):
@@ -517,7 +517,7 @@ def _train(args: argparse.Namespace) -> int:
 
 # -- compare ------------------------------------------------------------------------------------
 def _add_compare(commands: argparse._SubParsersAction) -> None:
-    from ampbench.components.train import BASELINE_PRECISION
+    from ampbench.train import BASELINE_PRECISION
 
     parser = commands.add_parser(
         "compare",
@@ -536,8 +536,8 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ampbench.components.compare.report import render_text
-    from ampbench.components.compare.step import CompareOutputs, run_comparison
+    from ampbench.compare.report import render_text
+    from ampbench.compare.step import CompareOutputs, run_comparison
 
     comparison = run_comparison(
         args.results,
@@ -574,8 +574,8 @@ def _add_report(commands: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     import tempfile
 
-    from ampbench.components.compare.report import render_text
-    from ampbench.components.compare.step import CompareOutputs, run_comparison
+    from ampbench.compare.report import render_text
+    from ampbench.compare.step import CompareOutputs, run_comparison
     from ampbench.tracking import download_arm_results
 
     with tempfile.TemporaryDirectory() as downloads:

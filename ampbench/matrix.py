@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from ampbench.components.train import AMP_PRECISION, BASELINE_PRECISION, PRECISIONS
-from ampbench.components.train.config import TrainConfig, check_pipeline_settings
 from ampbench.errors import AmpbenchError
+from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, PRECISIONS
+from ampbench.train.config import TrainConfig, check_pipeline_settings
 
 
 @dataclass(frozen=True)

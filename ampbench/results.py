@@ -61,7 +61,7 @@ DEFINITIONS = {
     ),
     "MFU": (
         "model FLOP/s utilisation: achieved TFLOP/s over the device's dense peak for the arm's "
-        "precision (components/train/flops.py lists the peaks and their sources); omitted where "
+        "precision (ampbench/train/flops.py lists the peaks and their sources); omitted where "
         "the peak is not known (every CPU, unlisted GPUs)"
     ),
     "Time to target": (

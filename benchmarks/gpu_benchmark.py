@@ -45,11 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import archive_argument, table, write_json
 
 from ampbench import schema
-from ampbench.components.compare.analysis import compare_arms
-from ampbench.components.compare.report import render_text, tables
-from ampbench.components.train.config import TrainConfig
+from ampbench.compare.analysis import compare_arms
+from ampbench.compare.report import render_text, tables
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults, read_arm_results
+from ampbench.train.config import TrainConfig
 
 CPU_SMOKE = {
     "subset": 256,
@@ -128,10 +128,10 @@ def engine_profile(directory: Path | None, name: str, device_type: str) -> Itera
 
 def train_one_arm(args: argparse.Namespace) -> int:
     """The child: one arm and seed, in this fresh process, results written as JSON."""
-    from ampbench.components.train.config import TrainConfig
-    from ampbench.components.train.engine import pick_device, train
-    from ampbench.components.train.precision import resolve
     from ampbench.results import write_json as write_results
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.engine import pick_device, train
+    from ampbench.train.precision import resolve
 
     config = TrainConfig(
         dataset_dir=args.dataset, precision=args.precision, epochs=args.epochs,
@@ -158,9 +158,9 @@ def bare_loop(args: argparse.Namespace) -> int:
     """The child of a batch size's bare-loop arms: one process for all its precisions (the
     floor needs no process of its own each; their start-ups were a third of the GPU check),
     each one's images/s, or why it cannot run here, as a JSON line in args.bare_results."""
-    from ampbench.components.train.engine import pick_device
-    from ampbench.components.train.precision import resolve
     from ampbench.dataset_format import read_metadata
+    from ampbench.train.engine import pick_device
+    from ampbench.train.precision import resolve
 
     device = pick_device(args.device)
     metadata = read_metadata(args.dataset)
@@ -182,10 +182,10 @@ def bare_arm(args: argparse.Namespace, device: Any, precision: Any,
     import torch
     from torch import nn
 
-    from ampbench.components.train.config import TrainConfig, model_input_shape
-    from ampbench.components.train.fp8 import convert_for_fp8
-    from ampbench.components.train.models import build_model
-    from ampbench.components.train.precision import math_mode
+    from ampbench.train.config import TrainConfig, model_input_shape
+    from ampbench.train.fp8 import convert_for_fp8
+    from ampbench.train.models import build_model
+    from ampbench.train.precision import math_mode
 
     shape = model_input_shape(metadata["image_shape"])
     torch.manual_seed(args.seed)
@@ -409,7 +409,7 @@ def main() -> None:
     if not args.data.is_file():
         sys.exit(f"gpu_benchmark: {args.data}: no such archive (pass --data)")
 
-    from ampbench.components.prepare import SourceOptions, prepare_dataset
+    from ampbench.data import SourceOptions, prepare_dataset
 
     started = time.perf_counter()
     runs: dict[int, dict[str, list[ArmResults]]] = {b: {} for b in batch_sizes}

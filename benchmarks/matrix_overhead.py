@@ -31,9 +31,9 @@ from pathlib import Path
 
 from common import archive_argument, median, table, write_json
 
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.precision import cpu_capability, cpu_name
 from ampbench.results import read_arm_results
+from ampbench.train.config import TrainConfig
+from ampbench.train.precision import cpu_capability, cpu_name
 
 # Two arms per model and batch size; emulated bf16 where this CPU has none (labelled so):
 # the overhead, not the precision, is measured, and it is taken per task either way.

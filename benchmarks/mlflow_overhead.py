@@ -29,14 +29,14 @@ from pathlib import Path
 import torch
 from common import archive_argument, median, shrink_evaluation, table, write_json
 
-from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer
-from ampbench.components.train.models import build_model, example_input
-from ampbench.components.train.precision import cpu_capability, cpu_name
-from ampbench.components.train.step import EPOCH_METRICS
+from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
 from ampbench.tracking import ArmRun
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import Trainer
+from ampbench.train.models import build_model, example_input
+from ampbench.train.precision import cpu_capability, cpu_name
+from ampbench.train.step import EPOCH_METRICS
 
 EPOCHS = 20
 CIFAR_TRAIN_IMAGES = 50_000

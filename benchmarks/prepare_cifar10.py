@@ -21,7 +21,7 @@ from common import archive_argument, median, table, write_json
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from ampbench.components.prepare import SourceOptions, prepare_dataset
+from ampbench.data import SourceOptions, prepare_dataset
 started = time.perf_counter()
 metadata = prepare_dataset(sys.argv[1], Path(sys.argv[2]), options=SourceOptions(
     cache_dir=Path(sys.argv[3])), use_cache=False)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from common import REPO, archive_argument, median, table, write_json
 
-from ampbench.components.train.precision import cpu_capability, cpu_name, resolve
+from ampbench.train.precision import cpu_capability, cpu_name, resolve
 
 SETUP = ["--subset", "2048", "--epochs", "2", "--model", "small-cnn"]
 BATCH = "128"

@@ -34,17 +34,17 @@ from common import archive_argument, median, shrink_evaluation, table, write_jso
 from torch import nn
 from torchvision import transforms
 
-from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer
-from ampbench.components.train.models import build_model
-from ampbench.components.train.precision import (
+from ampbench.data import SourceOptions, prepare_dataset
+from ampbench.errors import AmpbenchError
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import Trainer
+from ampbench.train.models import build_model
+from ampbench.train.precision import (
     cpu_capability,
     cpu_name,
     cpu_native_features,
     resolve,
 )
-from ampbench.errors import AmpbenchError
 
 BATCH = 128
 WARMUP = TrainConfig.warmup_steps  # the engine's own untimed warm-up, applied to every loop

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ampbench import storage
-from ampbench.components.compare.report import render_text
-from ampbench.components.compare.step import CompareOutputs
-from ampbench.components.prepare.sources import SourceOptions, local_path
-from ampbench.components.train import DEFAULT_DATA
+from ampbench.compare.report import render_text
+from ampbench.compare.step import CompareOutputs
+from ampbench.data.sources import SourceOptions, local_path
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
 from ampbench.matrix import run_name
@@ -35,6 +34,7 @@ from ampbench.tracking import (
     tracking_uri,
     ui_base,
 )
+from ampbench.train import DEFAULT_DATA
 
 MODELS_DIR = "models"
 RUN_LOG = "run.log"

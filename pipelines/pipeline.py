@@ -19,12 +19,12 @@ from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
 from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
-from ampbench.components.train import BASELINE_PRECISION, DEFAULT_DATA
 from ampbench.components.train.component import train
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.trainjob import DEFAULT_RUNTIME
 from ampbench.matrix import DEFAULT_RUNS
 from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA
+from ampbench.train.config import TrainConfig
+from ampbench.train.trainjob import DEFAULT_RUNTIME
 
 SCHEDULES = ("parallel", "sequential")
 DEFAULT_TRAIN_TIMEOUT_S = 6 * 3600

@@ -691,9 +691,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from ampbench.components.train.config import processes_per_arm
     from ampbench.matrix import check_matrix, matrix_runs
     from ampbench.pipelines.compile import compile_pipeline
+    from ampbench.train.config import processes_per_arm
 
     if args.timeout is not None and not args.wait:
         raise AmpbenchError("--timeout applies to --wait only")

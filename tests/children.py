@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ampbench.components.train.checkpoint import NAME
+from ampbench.train.checkpoint import NAME
 
 CHECKPOINT_LOGGED = re.compile(r" DEBUG (?:\[rank 0/\d+\] )?checkpoint (\S+)$")
 

@@ -73,7 +73,7 @@ def isolated_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 @pytest.fixture(scope="session")
 def synthetic_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Prepared `synthetic` data: 1,000 images per split."""
-    from ampbench.components.prepare import prepare_dataset
+    from ampbench.data import prepare_dataset
 
     out = tmp_path_factory.mktemp("datasets") / "synthetic"
     prepare_dataset("synthetic", out, subset=1000)
@@ -83,7 +83,7 @@ def synthetic_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cifar_subset(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> Path:
     """Prepared real CIFAR-10: 500 training and 500 test images."""
-    from ampbench.components.prepare import prepare_dataset
+    from ampbench.data import prepare_dataset
 
     out = tmp_path_factory.mktemp("datasets") / "cifar"
     prepare_dataset(str(cifar_archive), out, subset=500)

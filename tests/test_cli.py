@@ -18,9 +18,9 @@ import torch
 
 from ampbench import cli as cli_module
 from ampbench.cli import build_parser, main
-from ampbench.components.prepare import sources as sources_module
-from ampbench.components.train import precision as precision_module
+from ampbench.data import sources as sources_module
 from ampbench.results import read_arm_results
+from ampbench.train import precision as precision_module
 
 COMMANDS = ["run", "compile", "submit", "upload", "prepare", "train", "compare", "report", "ui"]
 

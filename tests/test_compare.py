@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ampbench import schema
-from ampbench.components.compare.analysis import (
+from ampbench.compare.analysis import (
     PUBLISHED,
     arm_label,
     batch_size_of,
@@ -22,11 +22,10 @@ from ampbench.components.compare.analysis import (
     pair,
     precision_label,
 )
-from ampbench.components.compare.plots import BATCH_PLOT, PLOTS, SCALING_PLOT
-from ampbench.components.compare.report import render_markdown, render_text, results_block, tables
-from ampbench.components.compare.stats import mean_estimate, ratio_estimate
-from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
-from ampbench.components.train import PRECISIONS
+from ampbench.compare.plots import BATCH_PLOT, PLOTS, SCALING_PLOT
+from ampbench.compare.report import render_markdown, render_text, results_block, tables
+from ampbench.compare.stats import mean_estimate, ratio_estimate
+from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.errors import AmpbenchError
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
@@ -47,6 +46,7 @@ from ampbench.results import (
     read_comparison,
     write_json,
 )
+from ampbench.train import PRECISIONS
 
 PUBLISHED_BLOCK = """===== RESULTS =====
 FP32 Accuracy: 0.7114

@@ -10,10 +10,10 @@ from kfp import dsl, local
 
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
-from ampbench.components.train.config import TrainConfig
 from ampbench.matrix import matrix_runs
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.results import read_arm_results, read_comparison
+from ampbench.train.config import TrainConfig
 
 
 @pytest.fixture()

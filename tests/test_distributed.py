@@ -28,16 +28,16 @@ from k8s_standin import StandIn
 
 from ampbench.cli import build_parser
 from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
-from ampbench.components.train import trainjob
 from ampbench.components.train.component import DEFAULTS
 from ampbench.components.train.component import train as train_component
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.launch import train_arguments, train_in_processes, train_on_nodes
-from ampbench.components.train.step import TrackingOptions
-from ampbench.components.train.trainjob import CREATION_MARK, TrainJobSpec, manifest
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.compile import compile_pipeline
 from ampbench.results import ArmResults, read_arm_results
+from ampbench.train import trainjob
+from ampbench.train.config import TrainConfig
+from ampbench.train.launch import train_arguments, train_in_processes, train_on_nodes
+from ampbench.train.step import TrackingOptions
+from ampbench.train.trainjob import CREATION_MARK, TrainJobSpec, manifest
 
 MODEL = "ddp_user_model:slow_tiny_convnet"
 MODULE = """

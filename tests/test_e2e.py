@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mlflow import MlflowClient
 
-from ampbench.components.compare.plots import BATCH_PLOT, PLOTS
+from ampbench.compare.plots import BATCH_PLOT, PLOTS
 from ampbench.results import read_arm_results, read_comparison
 
 # The user's model: a module in the run's directory, importable by every task (PYTHONPATH).

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampbench.components.train.flops import (
+from ampbench.train.flops import (
     GPU_PEAKS,
     achieved_tflops,
     gpu_model,

@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from ampbench.components.train import fp8 as fp8_module
-from ampbench.components.train.flops import train_step_flops
-from ampbench.components.train.fp8 import convert_for_fp8
-from ampbench.components.train.models import build_model
-from ampbench.components.train.precision import resolve
 from ampbench.errors import AmpbenchError
+from ampbench.train import fp8 as fp8_module
+from ampbench.train.flops import train_step_flops
+from ampbench.train.fp8 import convert_for_fp8
+from ampbench.train.models import build_model
+from ampbench.train.precision import resolve
 
 CPU = torch.device("cpu")
 D = 2064  # a multiple of 16 above both recipes' size thresholds (rowwise: N > 2048, K > 2048)
@@ -223,8 +223,8 @@ def test_other_precisions_have_no_float8_recipe() -> None:
 def test_torchao_is_imported_only_when_a_model_is_converted() -> None:
     code = (
         "import sys, torch\n"
-        "from ampbench.components.train.precision import resolve\n"
-        "import ampbench.components.train.fp8\n"
+        "from ampbench.train.precision import resolve\n"
+        "import ampbench.train.fp8\n"
         "resolve('fp8', torch.device('cpu'), allow_emulated=True)\n"
         "assert 'torchao' not in sys.modules, 'torchao imported early'\n"
     )

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import torch
 
-from ampbench.components.train.checkpoint import NAME
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import MemoryMeter, pick_device, train
-from ampbench.components.train.precision import math_mode, resolve
+from ampbench.train.checkpoint import NAME
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import MemoryMeter, pick_device, train
+from ampbench.train.precision import math_mode, resolve
 
 pytestmark = [
     pytest.mark.gpu,
@@ -200,8 +200,8 @@ def test_fp16_skipped_steps_are_skipped_and_counted_in_a_graph(synthetic_dataset
 TRAIN_ONE_ARM = """
 import sys
 from pathlib import Path
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.step import run_training
+from ampbench.train.config import TrainConfig
+from ampbench.train.step import run_training
 from ampbench.logs import setup_logging
 setup_logging()  # the resume line names the checkpoint it continues from
 dataset, out, resume = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "resume"

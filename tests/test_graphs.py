@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import MemoryMeter, Trainer, evaluate
-from ampbench.components.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
 from ampbench.errors import AmpbenchError
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import MemoryMeter, Trainer, evaluate
+from ampbench.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
 from ampbench.world import SINGLE_PROCESS, World
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

@@ -17,28 +17,28 @@ import torch
 from torch import nn
 
 from ampbench.cli import main
-from ampbench.components.train import engine
-from ampbench.components.train.config import (
+from ampbench.dataset_format import SplitTensors
+from ampbench.errors import AmpbenchError
+from ampbench.results import read_arm_results
+from ampbench.train import engine
+from ampbench.train.config import (
     TrainConfig,
     check_against_dataset,
     check_pipeline_settings,
 )
-from ampbench.components.train.data import (
+from ampbench.train.data import (
     IGNORE_LABEL,
     DeviceSplit,
     draw_crop_flip,
     step_generator,
 )
-from ampbench.components.train.engine import train
-from ampbench.components.train.models import (
+from ampbench.train.engine import train
+from ampbench.train.models import (
     SmallViT,
     build_model,
     check_model,
     parameter_count,
 )
-from ampbench.dataset_format import SplitTensors
-from ampbench.errors import AmpbenchError
-from ampbench.results import read_arm_results
 
 CPU = torch.device("cpu")
 
@@ -363,7 +363,7 @@ def test_built_in_and_factory_names_are_checked_without_torch() -> None:
     module (it lives in the training image) and need not wait for torch."""
     code = (
         "import sys\n"
-        "from ampbench.components.train.config import check_pipeline_settings\n"
+        "from ampbench.train.config import check_pipeline_settings\n"
         "for model in ('vit-s', 'small-cnn', 'company.models.vision:build_net'):\n"
         "    check_pipeline_settings(epochs=1, batch_size=8, lr=0.1, model=model, image_size=64)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"

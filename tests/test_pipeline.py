@@ -223,7 +223,7 @@ def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str,
     """The pipeline and the train component take their defaults from TrainConfig; the
     component's source, which KFP embeds in the YAML, holds no copy of them."""
     from ampbench.components.train.component import DEFAULTS
-    from ampbench.components.train.config import TrainConfig
+    from ampbench.train.config import TrainConfig
 
     spec = compiled[0]
     pipeline = spec["root"]["inputDefinitions"]["parameters"]

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from ampbench import schema
-from ampbench.components.train import PRECISIONS
-from ampbench.components.train import fp8 as fp8_module
-from ampbench.components.train import precision as precision_module
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer
-from ampbench.components.train.fp8 import torchao_version
-from ampbench.components.train.precision import (
+from ampbench.errors import AmpbenchError
+from ampbench.train import PRECISIONS
+from ampbench.train import fp8 as fp8_module
+from ampbench.train import precision as precision_module
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import Trainer
+from ampbench.train.fp8 import torchao_version
+from ampbench.train.precision import (
     Precision,
     cpu_capability,
     cpu_name,
@@ -24,7 +25,6 @@ from ampbench.components.train.precision import (
     math_mode,
     resolve,
 )
-from ampbench.errors import AmpbenchError
 
 CPU = torch.device("cpu")
 CPUINFO_X86 = [

@@ -24,10 +24,10 @@ from datagen import make_cifar_python_tarball, make_image_folder, make_tar
 from PIL import Image
 
 import ampbench
-from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.prepare import dataset as dataset_module
-from ampbench.components.prepare import sources as sources_module
-from ampbench.components.prepare.dataset import _cache_key, channel_stats
+from ampbench.data import SourceOptions, prepare_dataset
+from ampbench.data import dataset as dataset_module
+from ampbench.data import sources as sources_module
+from ampbench.data.dataset import _cache_key, channel_stats
 from ampbench.dataset_format import read_metadata, read_split
 from ampbench.errors import AmpbenchError
 

@@ -25,8 +25,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from PIL import Image
 
-from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.prepare.limits import Limits
+from ampbench.data import SourceOptions, prepare_dataset
+from ampbench.data.limits import Limits
 from ampbench.dataset_format import METADATA_FILE, read_metadata
 from ampbench.errors import AmpbenchError
 

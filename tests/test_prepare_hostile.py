@@ -26,8 +26,8 @@ from datagen import (
 )
 from PIL import Image
 
-from ampbench.components.prepare import SourceOptions, prepare_dataset
-from ampbench.components.prepare.limits import Limits
+from ampbench.data import SourceOptions, prepare_dataset
+from ampbench.data.limits import Limits
 from ampbench.errors import AmpbenchError
 
 

@@ -12,7 +12,7 @@ import pytest
 from datagen import make_cifar_python_tarball, make_image_folder, make_tar
 
 from ampbench import storage
-from ampbench.components.prepare import SourceOptions, prepare_dataset
+from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.dataset_format import read_split
 from ampbench.errors import AmpbenchError
 
@@ -124,9 +124,9 @@ def test_unreachable_endpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 def test_checkpoints_in_s3_survive_and_resume(
     rgw: Rgw, s3_env: str, synthetic_dataset: Path, tmp_path: Path
 ) -> None:
-    from ampbench.components.train.checkpoint import names
-    from ampbench.components.train.config import TrainConfig
-    from ampbench.components.train.engine import train
+    from ampbench.train.checkpoint import names
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.engine import train
 
     directory = f"s3://{s3_env}/checkpoints/run-1"
     config = TrainConfig(

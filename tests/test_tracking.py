@@ -16,13 +16,13 @@ import pytest
 from mlflow import MlflowClient
 
 from ampbench import tracking
-from ampbench.components.compare.step import CompareOutputs, ParentRunOptions, run_comparison
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer
-from ampbench.components.train.step import TrackingOptions, run_training
+from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.local import LocalRun, summary_lines
 from ampbench.results import read_arm_results
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import Trainer
+from ampbench.train.step import TrackingOptions, run_training
 
 if TYPE_CHECKING:
     from services import MlflowServer, Rgw
@@ -320,7 +320,7 @@ def test_an_arm_run_holds_its_weights_and_a_registered_model_only_when_asked(
     import torch
     from mlflow.artifacts import download_artifacts
 
-    from ampbench.components.train.models import build_model
+    from ampbench.train.models import build_model
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)

@@ -9,23 +9,23 @@ from typing import Any
 import pytest
 import torch
 
-from ampbench.components.train.config import (
+from ampbench.errors import AmpbenchError
+from ampbench.results import read_arm_results
+from ampbench.train.config import (
     MIN_STEPS_PER_EPOCH,
     TrainConfig,
     short_run_batch_size,
 )
-from ampbench.components.train.data import (
+from ampbench.train.data import (
     CROP_PADDING,
     crop_flip,
     draw_crop_flip,
     step_generator,
 )
-from ampbench.components.train.engine import OneCycle, Trainer, train
-from ampbench.components.train.graphs import StepInputs
-from ampbench.components.train.precision import cpu_capability
-from ampbench.components.train.step import run_training
-from ampbench.errors import AmpbenchError
-from ampbench.results import read_arm_results
+from ampbench.train.engine import OneCycle, Trainer, train
+from ampbench.train.graphs import StepInputs
+from ampbench.train.precision import cpu_capability
+from ampbench.train.step import run_training
 
 CPU = torch.device("cpu")
 CHANCE = 0.1  # ten classes
@@ -256,7 +256,7 @@ def test_invalid_settings_are_named(synthetic_dataset: Path) -> None:
     ],
 )
 def test_settings_the_prepared_data_rules_out(settings: dict, pattern: str) -> None:
-    from ampbench.components.train.config import check_against_dataset
+    from ampbench.train.config import check_against_dataset
 
     metadata = {
         "counts": {"train": 40, "test": 8},

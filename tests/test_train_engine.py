@@ -19,13 +19,13 @@ import pytest
 import torch
 from children import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 
-from ampbench.components.train import engine
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer, build_optimizer, train
-from ampbench.components.train.flops import train_step_flops
-from ampbench.components.train.models import small_cnn
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults
+from ampbench.train import engine
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import Trainer, build_optimizer, train
+from ampbench.train.flops import train_step_flops
+from ampbench.train.models import small_cnn
 
 TIMING_KEYS = {"time_s", "throughput_img_s", "train_peak_memory_mb"}
 
@@ -296,7 +296,7 @@ def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
     """A first step that costs 100 s (as cuDNN autotuning or lazy loading would) is paid by the
     warm-up; without a warm-up it would be training time. The 100 s pass on the engine's clock
     only, so that the test does not depend on how busy the CPU it shares is."""
-    from ampbench.components.train import engine
+    from ampbench.train import engine
 
     original = Trainer.train_step
     real_clock = time.perf_counter
@@ -324,7 +324,7 @@ def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
 MEMORY_PHASES = """
 import json, sys
 import torch
-from ampbench.components.train.engine import MemoryMeter
+from ampbench.train.engine import MemoryMeter
 
 def mib(size):
     return torch.ones(size * 2**20 // 4)  # touched: resident
@@ -383,7 +383,7 @@ def test_nothing_else_runs_in_this_process_while_steps_are_timed(
     during timed steps (MLflow sends between epochs)."""
     from mlflow import MlflowClient
 
-    from ampbench.components.train.step import TrackingOptions, run_training
+    from ampbench.train.step import TrackingOptions, run_training
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -1,0 +1,1 @@
+"""The compare step as a KFP component (component.py) over ampbench.compare."""

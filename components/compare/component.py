@@ -4,8 +4,8 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.components.train import BASELINE_PRECISION
 from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.train import BASELINE_PRECISION
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
@@ -32,7 +32,7 @@ def compare(
     """
     from pathlib import Path
 
-    from ampbench.components.compare.step import (
+    from ampbench.compare.step import (
         CompareOutputs,
         ParentRunOptions,
         headline_metrics,

@@ -1,6 +1,1 @@
-"""The prepare step: any data source in, a prepared dataset (Parquet + metadata.json) out."""
-
-from ampbench.components.prepare.dataset import prepare_dataset
-from ampbench.components.prepare.sources import SourceOptions
-
-__all__ = ["SourceOptions", "prepare_dataset"]
+"""The prepare step as a KFP component (component.py) over ampbench.data."""

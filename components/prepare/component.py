@@ -4,7 +4,7 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.components.train.config import TrainConfig
+from ampbench.train.config import TrainConfig
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
@@ -35,7 +35,7 @@ def prepare(
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
-    limits (components/prepare/limits.py).
+    limits (ampbench/data/limits.py).
     runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes, grad_comm:
     the pipeline's experiment matrix and training settings, checked here, once, and against the
     prepared data, rather than in the training tasks, which are retried on failure (no runs:
@@ -47,12 +47,12 @@ def prepare(
     from pathlib import Path
 
     from ampbench.cluster import check_tracking_server
-    from ampbench.components.prepare import SourceOptions, prepare_dataset
-    from ampbench.components.prepare.limits import Limits
-    from ampbench.components.train.config import check_against_dataset, processes_per_arm
+    from ampbench.data import SourceOptions, prepare_dataset
+    from ampbench.data.limits import Limits
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
     from ampbench.matrix import check_matrix
+    from ampbench.train.config import check_against_dataset, processes_per_arm
 
     with reported_as_step("prepare"):
         setup_logging()  # a malformed $RANK is one line too

@@ -4,8 +4,8 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.components.train.config import TrainConfig
 from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.train.config import TrainConfig
 
 # Component parameter -> its default, from the one place each is defined.
 DEFAULTS = {
@@ -86,22 +86,22 @@ def train(
         default_checkpoint_dir,
         in_pod,
     )
-    from ampbench.components.train.config import TrainConfig
-    from ampbench.components.train.launch import (
+    from ampbench.errors import AmpbenchError, reported_as_step
+    from ampbench.logs import log, setup_logging
+    from ampbench.matrix import run_name
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.launch import (
         train_in_processes,
         train_on_nodes,
         trainjob_name,
     )
-    from ampbench.components.train.step import (
+    from ampbench.train.step import (
         TrackingOptions,
         requested_resources_in_pod,
         run_training,
         summary,
     )
-    from ampbench.components.train.trainjob import TrainJobSpec
-    from ampbench.errors import AmpbenchError, reported_as_step
-    from ampbench.logs import log, setup_logging
-    from ampbench.matrix import run_name
+    from ampbench.train.trainjob import TrainJobSpec
 
     with reported_as_step(f"train-{precision}"):
         setup_logging()  # a malformed $RANK is one line too

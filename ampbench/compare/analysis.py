@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from statistics import fmean
 
-from ampbench.components.compare.stats import mean_estimate, ratio_estimate
+from ampbench.compare.stats import mean_estimate, ratio_estimate
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import group_label
 from ampbench.results import (

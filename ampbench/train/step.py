@@ -9,9 +9,6 @@ from pathlib import Path
 import torch
 
 from ampbench.cluster import in_pod
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.engine import Trainer
-from ampbench.components.train.models import example_input
 from ampbench.matrix import group_label, run_name
 from ampbench.results import ArmResults, EpochRecord, RequestedResources, TrackingRecord, write_json
 from ampbench.tracking import (
@@ -25,6 +22,9 @@ from ampbench.tracking import (
     preload,
     safe_tracking_uri,
 )
+from ampbench.train.config import TrainConfig
+from ampbench.train.engine import Trainer
+from ampbench.train.models import example_input
 from ampbench.world import world_from_env
 
 # Per-epoch record field -> MLflow metric name. The names are the same in every arm's run so

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ampbench import PIPELINE_NAME
-from ampbench.components.compare.analysis import compare_runs
-from ampbench.components.compare.plots import write_plots
-from ampbench.components.compare.report import render_html, render_markdown
+from ampbench.compare.analysis import compare_runs
+from ampbench.compare.plots import write_plots
+from ampbench.compare.report import render_html, render_markdown
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.results import Comparison, read_arm_results, write_json

@@ -37,25 +37,6 @@ import torch
 from torch import nn
 
 from ampbench import __version__
-from ampbench.components.train import checkpoint, distributed
-from ampbench.components.train.config import TrainConfig, check_against_dataset
-from ampbench.components.train.data import (
-    DeviceSplit,
-    draw_crop_flip,
-    epoch_order,
-    step_generator,
-)
-from ampbench.components.train.flops import flop_counter_mode, peak_tflops, train_step_flops
-from ampbench.components.train.fp8 import convert_for_fp8
-from ampbench.components.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
-from ampbench.components.train.models import build_model, parameter_count
-from ampbench.components.train.precision import (
-    Precision,
-    cpu_capability,
-    cpu_name,
-    math_mode,
-    resolve,
-)
 from ampbench.dataset_format import SplitTensors, read_metadata, read_split
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
@@ -74,6 +55,25 @@ from ampbench.results import (
     Versions,
 )
 from ampbench.sampling import stratified_take
+from ampbench.train import checkpoint, distributed
+from ampbench.train.config import TrainConfig, check_against_dataset
+from ampbench.train.data import (
+    DeviceSplit,
+    draw_crop_flip,
+    epoch_order,
+    step_generator,
+)
+from ampbench.train.flops import flop_counter_mode, peak_tflops, train_step_flops
+from ampbench.train.fp8 import convert_for_fp8
+from ampbench.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
+from ampbench.train.models import build_model, parameter_count
+from ampbench.train.precision import (
+    Precision,
+    cpu_capability,
+    cpu_name,
+    math_mode,
+    resolve,
+)
 from ampbench.world import SINGLE_PROCESS, World, world_from_env
 
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ampbench import __version__
-from ampbench.components.prepare.sources import (
+from ampbench.data.sources import (
     SourceOptions,
     Split,
     load,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
-from ampbench.components.prepare.limits import Limits, available_memory
+from ampbench.data.limits import Limits, available_memory
 from ampbench.errors import AmpbenchError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from ampbench.components.train import FP8_PRECISIONS, PRECISIONS
-from ampbench.components.train.fp8 import FP8_RECIPES, require_torchao
 from ampbench.errors import AmpbenchError
 from ampbench.results import PrecisionRecord
+from ampbench.train import FP8_PRECISIONS, PRECISIONS
+from ampbench.train.fp8 import FP8_RECIPES, require_torchao
 
 # The fp8 arms convert only the Linear layers to float8; everything else (convolutions,
 # normalisation, attention, the loss) runs as torchao's float8 training is used in practice:

@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ampbench.components.train import AMP_PRECISION, GRAD_COMM, MODELS
 from ampbench.errors import AmpbenchError
+from ampbench.train import AMP_PRECISION, GRAD_COMM, MODELS
 
 # --model's three forms, for help texts and errors.
 MODEL_FORMS = (
@@ -146,7 +146,7 @@ def model_name_problem(name: str) -> str | None:
         if _FACTORY.fullmatch(name):
             return None
         return "not of the form package.module:factory (a dotted module path, a colon, a name)"
-    from ampbench.components.train.models import torchvision_models
+    from ampbench.train.models import torchvision_models
 
     known = torchvision_models()
     if name in known:
@@ -245,7 +245,7 @@ def check_against_dataset(
             "images"
         )
     if model:
-        from ampbench.components.train.models import check_model
+        from ampbench.train.models import check_model
 
         shape = model_input_shape(metadata["image_shape"], image_size)
         check_model(model, len(metadata["classes"]), shape)

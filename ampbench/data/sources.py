@@ -20,10 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from ampbench import storage
-from ampbench.components.prepare import cifar_python, synthetic
-from ampbench.components.prepare.archive import is_archive, iter_files
-from ampbench.components.prepare.decode import IMAGE_EXTENSIONS, decode_images, fit_size
-from ampbench.components.prepare.limits import Limits, check_decoded_size
+from ampbench.data import cifar_python, synthetic
+from ampbench.data.archive import is_archive, iter_files
+from ampbench.data.decode import IMAGE_EXTENSIONS, decode_images, fit_size
+from ampbench.data.limits import Limits, check_decoded_size
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.sampling import stratified_split

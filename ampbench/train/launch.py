@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from ampbench import storage
-from ampbench.components.train.config import TrainConfig
-from ampbench.components.train.step import TrackingOptions
-from ampbench.components.train.trainjob import TrainJobSpec
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.results import ArmResults, RequestedResources, read_arm_results, write_json
+from ampbench.train.config import TrainConfig
+from ampbench.train.step import TrackingOptions
+from ampbench.train.trainjob import TrainJobSpec
 
 RESULTS_FILE, MODEL_FILE = "results.json", "model.pt"
 
@@ -142,7 +142,7 @@ def train_on_nodes(
     prepared data set goes there for the nodes, and node 0's rank 0 writes the arm's outputs
     there for this task to collect. The TrainJob ends itself after timeout_s.
     """
-    from ampbench.components.train.trainjob import TrainJobRun, in_cluster_client, manifest
+    from ampbench.train.trainjob import TrainJobRun, in_cluster_client, manifest
 
     if not shared:
         raise AmpbenchError(

@@ -23,7 +23,7 @@ try:
 except ImportError:  # a bare machine with the repository only (GPU benchmark): Pillow decodes
     simplejpeg = None
 
-from ampbench.components.prepare.limits import Limits, check_decoded_size
+from ampbench.data.limits import Limits, check_decoded_size
 from ampbench.errors import AmpbenchError
 
 JPEG_MAGIC = b"\xff\xd8\xff"

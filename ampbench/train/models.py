@@ -15,8 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ampbench.components.train.config import check_model_name
 from ampbench.errors import AmpbenchError
+from ampbench.train.config import check_model_name
 
 ImageShape = tuple[int, int, int]  # (channels, height, width)
 
