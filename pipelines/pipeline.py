@@ -24,10 +24,9 @@ from ampbench.matrix import DEFAULT_RUNS
 from ampbench.tracking import DEFAULT_EXPERIMENT
 from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA
 from ampbench.train.config import TrainConfig
-from ampbench.train.trainjob import DEFAULT_RUNTIME
+from ampbench.train.trainjob import DEFAULT_RUNTIME, DEFAULT_TIMEOUT_S
 
 SCHEDULES = ("parallel", "sequential")
-DEFAULT_TRAIN_TIMEOUT_S = 6 * 3600
 TRAIN_RETRIES = 2
 
 
@@ -59,7 +58,7 @@ def use_cluster_settings(
 def build_pipeline(
     image: str = DEFAULT_IMAGE,
     schedule: str = "parallel",
-    train_timeout_s: int = DEFAULT_TRAIN_TIMEOUT_S,
+    train_timeout_s: int = DEFAULT_TIMEOUT_S,
 ) -> GraphComponent:
     """The ampbench pipeline, its components on `image`.
 
@@ -168,6 +167,7 @@ def build_pipeline(
                 num_nodes=num_nodes,
                 trainer_runtime=trainer_runtime,
                 trainjob_image=image,
+                timeout_s=train_timeout_s,
                 node_selector=gpu_node_selector,
                 config_map=config_map,
                 s3_secret=s3_secret,

@@ -237,3 +237,20 @@ def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str,
     for name, value in DEFAULTS.items():
         assert inputs[name]["defaultValue"] == value, name
         assert f"{name}: " in source and not re.search(rf"\b{name}: \w+ = ", source), name
+
+
+def test_the_train_timeout_chosen_at_compile_time_reaches_the_task_and_its_trainjob(
+    tmp_path: Path,
+) -> None:
+    """build_pipeline's train_timeout_s limits the train task and, through its timeout_s
+    input, the deadline of a TrainJob the task creates (run_train_task, tests/test_task.py)."""
+    from kfp import compiler
+
+    from ampbench.pipelines.pipeline import build_pipeline
+
+    path = tmp_path / "pipeline.yaml"
+    compiler.Compiler().compile(build_pipeline(train_timeout_s=1234), str(path))
+    compiled = list(yaml.safe_load_all(path.read_text()))
+    task = all_tasks(compiled[0])["train"]
+    assert int(platform_of(compiled, task)["activeDeadlineSeconds"]) == 1234
+    assert task["inputs"]["parameters"]["timeout_s"] == {"runtimeValue": {"constant": 1234}}

@@ -19,7 +19,7 @@ from ampbench.logs import log
 from ampbench.results import ArmResults, RequestedResources, read_arm_results, write_json
 from ampbench.train.config import TrainConfig
 from ampbench.train.step import TrackingOptions
-from ampbench.train.trainjob import TrainJobSpec
+from ampbench.train.trainjob import DEFAULT_TIMEOUT_S, TrainJobSpec
 
 RESULTS_FILE, MODEL_FILE = "results.json", "model.pt"
 
@@ -133,7 +133,7 @@ def train_on_nodes(
     tracking: TrackingOptions | None,
     requested_resources: RequestedResources | None = None,
     api_client: Any = None,
-    timeout_s: float = 6 * 3600,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> ArmResults:
     """Train one arm on job.num_nodes nodes through a Kubeflow Trainer TrainJob (trainjob.py).
 

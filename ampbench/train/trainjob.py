@@ -33,6 +33,8 @@ TRAINER_VERSION = "v2.3.0"
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_RUNTIME = "torch-distributed"
+# How long a train task, and a TrainJob it creates, may run (the pipeline's train_timeout_s).
+DEFAULT_TIMEOUT_S = 6 * 3600
 # The runtime's trainer job and container (Trainer's constants.Node), and the JobSet labels
 # that find node 0's pod.
 NODE = "node"
@@ -73,7 +75,7 @@ class TrainJobSpec:
     secret_keys: tuple[str, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     # Trainer ends the TrainJob after this long, whatever became of the task that made it.
-    active_deadline_s: int = 6 * 3600
+    active_deadline_s: int = DEFAULT_TIMEOUT_S
 
 
 def manifest(spec: TrainJobSpec) -> dict[str, Any]:

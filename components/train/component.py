@@ -1,4 +1,4 @@
-"""The train step as a KFP lightweight component: a thin wrapper over run_training."""
+"""The train step as a KFP lightweight component: a thin wrapper over run_train_task."""
 
 from kfp import dsl
 
@@ -6,6 +6,7 @@ from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
 from ampbench.tracking import DEFAULT_EXPERIMENT
 from ampbench.train.config import TrainConfig
+from ampbench.train.trainjob import DEFAULT_RUNTIME, DEFAULT_TIMEOUT_S
 
 # Component parameter -> its default, from the one place each is defined.
 DEFAULTS = {
@@ -25,6 +26,8 @@ DEFAULTS = {
     "cuda_graphs": TrainConfig.cuda_graphs,
     "grad_comm": TrainConfig.grad_comm,
     "experiment": DEFAULT_EXPERIMENT,
+    "trainer_runtime": DEFAULT_RUNTIME,
+    "timeout_s": DEFAULT_TIMEOUT_S,
 }
 
 
@@ -52,6 +55,8 @@ def train(
     cuda_graphs: bool,
     grad_comm: str,
     experiment: str,
+    trainer_runtime: str,
+    timeout_s: int,
     checkpoint_dir: str = "",
     pipeline_run_id: str = "",
     registered_model_name: str = "",
@@ -61,7 +66,6 @@ def train(
     requested_cpu: str = "",
     requested_memory: str = "",
     num_nodes: int = 1,
-    trainer_runtime: str = "torch-distributed",
     trainjob_image: str = "",
     node_selector: dict = {},  # noqa: B006 - KFP takes a literal default
     config_map: str = "",
@@ -74,51 +78,17 @@ def train(
     training runs in that many processes (torchrun, one per GPU; gloo between CPU processes
     where there is no GPU). With num_nodes above 1 it runs on that many nodes of
     requested_gpu_count GPUs each, as a Kubeflow Trainer TrainJob of trainer_runtime on
-    trainjob_image, with the task's node_selector, ConfigMap and Secret.
+    trainjob_image, with the task's node_selector, ConfigMap and Secret, and timeout_s as
+    its deadline (the task's own timeout).
     """
     from pathlib import Path
 
-    from ampbench.cluster import (
-        CHECKPOINT_URI_ENV,
-        CONFIG_MAP_KEYS,
-        SECRET_KEYS,
-        check_tracking_server,
-        default_checkpoint_dir,
-        in_pod,
-    )
-    from ampbench.errors import AmpbenchError, reported_as_step
-    from ampbench.logs import log, setup_logging
-    from ampbench.matrix import run_name
+    from ampbench.errors import reported_as_step
     from ampbench.train.config import TrainConfig
-    from ampbench.train.launch import (
-        train_in_processes,
-        train_on_nodes,
-        trainjob_name,
-    )
-    from ampbench.train.step import (
-        TrackingOptions,
-        requested_resources_in_pod,
-        run_training,
-        summary,
-    )
-    from ampbench.train.trainjob import TrainJobSpec
+    from ampbench.train.step import TrackingOptions, summary
+    from ampbench.train.task import Placement, run_train_task
 
     with reported_as_step(f"train-{precision}"):
-        setup_logging()  # a malformed $RANK is one line too
-        if tracking:
-            check_tracking_server()
-        # With a checkpoint directory, a retried task (preempted node) resumes from its
-        # newest checkpoint; the first attempt finds none and starts fresh. In a pod, the
-        # ConfigMap's location is the default.
-        checkpoint_dir = checkpoint_dir or default_checkpoint_dir()
-        if in_pod() and not checkpoint_dir:
-            log.warning(
-                "no checkpoint location (the checkpoint_dir parameter, or %s in the "
-                "ConfigMap): if this task is retried, it trains again from scratch",
-                CHECKPOINT_URI_ENV,
-            )
-        name = run_name(model_name, batch_size, precision, seed)
-        run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
         config = TrainConfig(
             dataset_dir=Path(dataset.path),
             precision=precision,
@@ -133,52 +103,24 @@ def train(
             compile=compile_model,
             deterministic=deterministic,
             subset=subset,
-            checkpoint_dir=run_dir if checkpoint_dir else None,
-            checkpoint_every=checkpoint_every if checkpoint_dir else 0,
-            resume=bool(checkpoint_dir),
             allow_emulated=allow_emulated,
             cuda_graphs=cuda_graphs,
             grad_comm=grad_comm,
         )
-        outputs = (Path(results.path), Path(model.path))
+        placement = Placement(
+            requested_gpu_type, requested_gpu_count, requested_cpu, requested_memory,
+            num_nodes, trainer_runtime, trainjob_image, node_selector, config_map, s3_secret,
+            timeout_s,
+        )  # fmt: skip
         tracked = (
             TrackingOptions(experiment, pipeline_run_id, registered_model_name)
             if tracking
             else None
         )
-        requested = requested_resources_in_pod(
-            requested_gpu_type, requested_gpu_count, requested_cpu, requested_memory
-        )
-        if num_nodes > 1:
-            job = TrainJobSpec(
-                name=trainjob_name(pipeline_run_id, name),
-                namespace="",  # the pod's own
-                image=trainjob_image,
-                arguments=[],
-                num_nodes=num_nodes,
-                gpus_per_node=requested_gpu_count,
-                gpu_resource=requested_gpu_type,
-                cpu=requested_cpu,
-                memory=requested_memory,
-                runtime=trainer_runtime,
-                config_map=config_map,
-                config_map_keys=CONFIG_MAP_KEYS,
-                secret=s3_secret,
-                secret_keys=SECRET_KEYS,
-                node_selector=dict(node_selector),
-            )
-            shared = run_dir if checkpoint_dir else ""
-            if in_pod() and shared and not shared.startswith("s3://"):
-                raise AmpbenchError(
-                    f"num_nodes {num_nodes}: checkpoint_dir {checkpoint_dir} is not on S3; the "
-                    "nodes of a TrainJob mount nothing of this pod's, so only an s3:// "
-                    "location reaches them"
-                )
-            outcome = train_on_nodes(config, job, shared, *outputs, tracked, requested)
-        elif requested_gpu_count > 1:
-            outcome = train_in_processes(config, requested_gpu_count, *outputs, tracked, requested)
-        else:
-            outcome = run_training(config, *outputs, tracked, requested_resources=requested)
+        outcome = run_train_task(
+            config, Path(results.path), Path(model.path), tracked, placement,
+            checkpoint_dir, checkpoint_every, pipeline_run_id,
+        )  # fmt: skip
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)
     model.metadata.update({"framework": "pytorch", "format": "state_dict", "model": model_name})

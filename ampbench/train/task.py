@@ -1,0 +1,123 @@
+"""One arm as a pipeline's train task runs it: in this process, in one process per GPU
+(torchrun), or on several nodes through a Kubeflow Trainer TrainJob."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ampbench.cluster import (
+    CHECKPOINT_URI_ENV,
+    CONFIG_MAP_KEYS,
+    SECRET_KEYS,
+    check_tracking_server,
+    default_checkpoint_dir,
+    in_pod,
+)
+from ampbench.errors import AmpbenchError
+from ampbench.logs import log, setup_logging
+from ampbench.matrix import run_name
+from ampbench.results import ArmResults
+from ampbench.train.config import TrainConfig
+from ampbench.train.launch import train_in_processes, train_on_nodes, trainjob_name
+from ampbench.train.step import TrackingOptions, requested_resources_in_pod, run_training
+from ampbench.train.trainjob import DEFAULT_RUNTIME, DEFAULT_TIMEOUT_S, TrainJobSpec
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a train task asked Kubernetes for, and how many nodes its arm spans."""
+
+    gpu_type: str = ""
+    gpu_count: int = 0
+    cpu: str = ""
+    memory: str = ""
+    num_nodes: int = 1
+    trainer_runtime: str = DEFAULT_RUNTIME
+    trainjob_image: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    config_map: str = ""
+    s3_secret: str = ""
+    # The task's own limit, which a TrainJob it creates is given as its deadline too.
+    timeout_s: int = DEFAULT_TIMEOUT_S
+
+
+def run_train_task(
+    config: TrainConfig,
+    results_path: Path,
+    model_path: Path,
+    tracking: TrackingOptions | None,
+    placement: Placement,
+    checkpoint_dir: str = "",
+    checkpoint_every: int = 0,
+    pipeline_run_id: str = "",
+) -> ArmResults:
+    """Train the arm `config` describes where `placement` says; write its results and weights.
+
+    With a checkpoint directory (the parameter, or in a pod the ConfigMap's), a retried task
+    (a preempted node) resumes from its newest checkpoint, which it writes every
+    checkpoint_every steps (0: at epoch ends); a first attempt starts fresh.
+    """
+    setup_logging()  # a malformed $RANK is one line too
+    if tracking is not None:
+        check_tracking_server()
+    checkpoint_dir = checkpoint_dir or default_checkpoint_dir()
+    if in_pod() and not checkpoint_dir:
+        log.warning(
+            "no checkpoint location (the checkpoint_dir parameter, or %s in the "
+            "ConfigMap): if this task is retried, it trains again from scratch",
+            CHECKPOINT_URI_ENV,
+        )
+    name = run_name(config.model, config.batch_size, config.precision, config.seed)
+    run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
+    config = dataclasses.replace(
+        config,
+        checkpoint_dir=run_dir if checkpoint_dir else None,
+        checkpoint_every=checkpoint_every if checkpoint_dir else 0,
+        resume=bool(checkpoint_dir),
+    )
+    requested = requested_resources_in_pod(
+        placement.gpu_type, placement.gpu_count, placement.cpu, placement.memory
+    )
+    if placement.num_nodes > 1:
+        shared = run_dir if checkpoint_dir else ""
+        if in_pod() and shared and not shared.startswith("s3://"):
+            raise AmpbenchError(
+                f"num_nodes {placement.num_nodes}: checkpoint_dir {checkpoint_dir} is not on "
+                "S3; the nodes of a TrainJob mount nothing of this pod's, so only an s3:// "
+                "location reaches them"
+            )
+        job = trainjob_spec(placement, trainjob_name(pipeline_run_id, name))
+        return train_on_nodes(
+            config, job, shared, results_path, model_path, tracking, requested,
+            timeout_s=placement.timeout_s,
+        )  # fmt: skip
+    if placement.gpu_count > 1:
+        return train_in_processes(
+            config, placement.gpu_count, results_path, model_path, tracking, requested
+        )
+    return run_training(config, results_path, model_path, tracking, requested_resources=requested)
+
+
+def trainjob_spec(placement: Placement, name: str) -> TrainJobSpec:
+    """The TrainJob of a task's arm: `placement.num_nodes` nodes like the task's own pod."""
+    return TrainJobSpec(
+        name=name,
+        namespace="",  # the pod's own
+        image=placement.trainjob_image,
+        arguments=[],  # train_on_nodes adds `ampbench train`'s
+        num_nodes=placement.num_nodes,
+        gpus_per_node=placement.gpu_count,
+        gpu_resource=placement.gpu_type,
+        cpu=placement.cpu,
+        memory=placement.memory,
+        runtime=placement.trainer_runtime,
+        config_map=placement.config_map,
+        config_map_keys=CONFIG_MAP_KEYS,
+        secret=placement.s3_secret,
+        secret_keys=SECRET_KEYS,
+        node_selector=dict(placement.node_selector),
+        active_deadline_s=placement.timeout_s,
+    )
