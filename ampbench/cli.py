@@ -289,6 +289,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
         DEFAULT_MAX_IMAGE_PIXELS,
         DEFAULT_MAX_MEMBERS,
     )
+    from ampbench.data.sources import SourceOptions
 
     parser = commands.add_parser(
         "prepare",
@@ -310,7 +311,7 @@ def _add_prepare(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--test-fraction",
         type=float,
-        default=0.2,
+        default=SourceOptions.test_fraction,
         help="test share of a single class-folder tree (no train/ and test/)",
     )
     parser.add_argument("--image-size", type=positive_int, help="resize images to SIZE x SIZE")
@@ -476,8 +477,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ampbench.results import RESULTS_FILE
     from ampbench.train.config import TrainConfig
-    from ampbench.train.launch import MODEL_FILE, RESULTS_FILE
+    from ampbench.train.launch import MODEL_FILE
     from ampbench.train.step import TrackingOptions, run_training
 
     for location in (args.dataset, args.output_dir):

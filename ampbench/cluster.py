@@ -12,6 +12,7 @@ POD_ENV = "KUBERNETES_SERVICE_HOST"
 # From the ConfigMap: where training tasks checkpoint when a run names no checkpoint_dir.
 CHECKPOINT_URI_ENV = "AMPBENCH_CHECKPOINT_URI"
 CONFIG_MAP = "ampbench-config"
+SECRET = "ampbench-s3"
 # What the pods read from the ConfigMap (endpoints) and the Secret (keys) that manifests/
 # creates, by name: the pipeline's tasks and the TrainJobs a train task creates alike.
 CONFIG_MAP_KEYS = (

@@ -19,6 +19,9 @@ from typing import Literal
 from ampbench import schema
 from ampbench.errors import AmpbenchError
 
+# An arm's results and a comparison, as files and as MLflow artifacts.
+RESULTS_FILE = "results.json"
+
 RESULTS_SCHEMA_VERSION = 3
 COMPARISON_SCHEMA_VERSION = 4
 

@@ -24,13 +24,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+from ampbench.results import RESULTS_FILE
 
 DEFAULT_EXPERIMENT = "ampbench"
 PARENT_TAG = "mlflow.parentRunId"
 PIPELINE_RUN_TAG = "ampbench.pipeline_run_id"
 BASELINE_TAG = "ampbench.baseline"  # on a parent run: which arm the others are compared with
 PRECISION_TAG = "ampbench.precision"  # on an arm run: the precision asked for, its arm's name
-RESULTS_ARTIFACT = "results.json"
 # An arm run's trained weights (the train step's state dict), where mlflow.pytorch's
 # load_state_dict("runs:/<run id>/model") looks for them.
 STATE_DICT_ARTIFACT = "model/state_dict.pth"
@@ -471,10 +471,10 @@ def download_arm_results(
             target = directory / child.info.run_id
             target.mkdir(parents=True, exist_ok=True)
             try:
-                local = client.download_artifacts(child.info.run_id, RESULTS_ARTIFACT, str(target))
+                local = client.download_artifacts(child.info.run_id, RESULTS_FILE, str(target))
             except Exception:
                 raise AmpbenchError(
-                    f"arm run {child.info.run_id} has no {RESULTS_ARTIFACT} (its training did "
+                    f"arm run {child.info.run_id} has no {RESULTS_FILE} (its training did "
                     "not finish?)"
                 ) from None
             arms.append(Path(local))

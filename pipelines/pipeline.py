@@ -16,7 +16,7 @@ from kfp.dsl.graph_component import GraphComponent
 from kfp.dsl.pipeline_channel import PipelineParameterChannel
 
 from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
-from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
+from ampbench.cluster import CONFIG_MAP, CONFIG_MAP_KEYS, SECRET, SECRET_KEYS
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
@@ -113,8 +113,8 @@ def build_pipeline(
         train_memory: str = "32Gi",
         prepare_cpu: str = "2",
         prepare_memory: str = "8Gi",
-        config_map: str = "ampbench-config",
-        s3_secret: str = "ampbench-s3",
+        config_map: str = CONFIG_MAP,
+        s3_secret: str = SECRET,
     ) -> PipelineOutputs:
         # The prepare step also checks the training settings against the data: a user's
         # mistake fails there, once, not in the training tasks (retried on any failure).

@@ -73,7 +73,9 @@ def test_prepare_checks_each_arms_global_batch(
     dataset = dsl.Dataset(name="dataset", uri=str(tmp_path / "dataset"), metadata={})
     runs = matrix_runs(["small-cnn"], [25], ["amp"], [0])
     settings = {"data": str(tmp_path / "tree"), "runs": runs, "epochs": 1, "lr": 0.1}
-    settings["grad_comm"] = "fp32"
+    # python_func is the source as written: the parameters with_defaults gives defaults to
+    # have none there.
+    settings |= {"grad_comm": "fp32", "test_fraction": 0.2}
     if not error:
         prepare.python_func(dataset=dataset, gpu_count=gpu_count, num_nodes=num_nodes, **settings)
         assert dataset.metadata["counts"]["train"] == 50

@@ -18,7 +18,7 @@ from ampbench.tracking import (
     BASELINE_TAG,
     DEFAULT_EXPERIMENT,
     PIPELINE_RUN_TAG,
-    RESULTS_ARTIFACT,
+    RESULTS_FILE,
     finish_parent_run,
     open_parent_run,
 )
@@ -43,7 +43,7 @@ class CompareOutputs:
     @classmethod
     def in_directory(cls, directory: Path) -> CompareOutputs:
         return cls(
-            directory / "results.json",
+            directory / RESULTS_FILE,
             directory / "report.md",
             directory / "report.html",
             directory / "plots",
@@ -123,7 +123,7 @@ def run_comparison(
         )
         write_json(outputs.comparison, comparison)
         artifacts = {
-            RESULTS_ARTIFACT: outputs.comparison,
+            RESULTS_FILE: outputs.comparison,
             "report.md": outputs.report,
             "report.html": outputs.html,
             **{f"plots/{plot.name}": plot for plot in plots},

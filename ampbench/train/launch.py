@@ -16,12 +16,18 @@ from typing import Any
 from ampbench import storage
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
-from ampbench.results import ArmResults, RequestedResources, read_arm_results, write_json
+from ampbench.results import (
+    RESULTS_FILE,
+    ArmResults,
+    RequestedResources,
+    read_arm_results,
+    write_json,
+)
 from ampbench.train.config import TrainConfig
 from ampbench.train.step import TrackingOptions
 from ampbench.train.trainjob import DEFAULT_TIMEOUT_S, TrainJobSpec
 
-RESULTS_FILE, MODEL_FILE = "results.json", "model.pt"
+MODEL_FILE = "model.pt"
 
 
 def train_arguments(

@@ -15,7 +15,7 @@ from ampbench.tracking import (
     DEFAULT_EXPERIMENT,
     PIPELINE_RUN_TAG,
     PRECISION_TAG,
-    RESULTS_ARTIFACT,
+    RESULTS_FILE,
     STATE_DICT_ARTIFACT,
     ArmRun,
     SystemMetrics,
@@ -176,7 +176,7 @@ def run_training(
             model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
             example = example_input(trainer.train_data.image_shape).numpy()
         run_id = arm_run.finish(
-            {RESULTS_ARTIFACT: results_path, STATE_DICT_ARTIFACT: model_path},
+            {RESULTS_FILE: results_path, STATE_DICT_ARTIFACT: model_path},
             model,
             example,
             tracking.registered_model_name or None,

@@ -4,19 +4,20 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
+from ampbench.data.sources import SourceOptions
 from ampbench.train.config import TrainConfig
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
-@with_defaults({"grad_comm": TrainConfig.grad_comm})
+@with_defaults({"grad_comm": TrainConfig.grad_comm, "test_fraction": SourceOptions.test_fraction})
 def prepare(
     data: str,
     dataset: dsl.Output[dsl.Dataset],
     grad_comm: str,
+    test_fraction: float,
     subset: int = 0,
     seed: int = 0,
     val_fraction: float = 0.0,
-    test_fraction: float = 0.2,
     image_size: int = 0,
     skip_bad_images: bool = False,
     max_extract_bytes: int = 0,
