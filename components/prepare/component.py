@@ -1,4 +1,4 @@
-"""The prepare step as a KFP lightweight component: a thin wrapper over prepare_dataset."""
+"""The prepare step as a KFP lightweight component: a thin wrapper over run_prepare_task."""
 
 from kfp import dsl
 
@@ -47,55 +47,28 @@ def prepare(
     """
     from pathlib import Path
 
-    from ampbench.cluster import check_tracking_server
-    from ampbench.data import SourceOptions, prepare_dataset
+    from ampbench.data import SourceOptions
     from ampbench.data.limits import Limits
+    from ampbench.data.task import TrainingPlan, run_prepare_task
     from ampbench.errors import reported_as_step
-    from ampbench.logs import setup_logging
-    from ampbench.matrix import check_matrix
-    from ampbench.train.config import check_against_dataset, processes_per_arm
 
     with reported_as_step("prepare"):
-        setup_logging()  # a malformed $RANK is one line too
-        if tracking:
-            check_tracking_server()
-        processes = processes_per_arm(gpu_count, num_nodes)
-        checked = []
-        if runs:
-            checked = check_matrix(
-                runs,
-                baseline_precision,
-                epochs=epochs,
-                lr=lr,
-                subset=subset,
-                image_size=train_image_size,
-                grad_comm=grad_comm,
-                processes=processes,
-            )
-        arms = sorted({(run.model, run.batch_size) for run in checked})
-        metadata = prepare_dataset(
-            data,
-            Path(dataset.path),
-            subset=subset,
-            val_fraction=val_fraction,
-            options=SourceOptions(
-                image_size=image_size or None,
-                test_fraction=test_fraction,
-                seed=seed,
-                skip_bad_images=skip_bad_images,
-                limits=Limits.with_overrides(
-                    max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes
-                ),
+        options = SourceOptions(
+            image_size=image_size or None,
+            test_fraction=test_fraction,
+            seed=seed,
+            skip_bad_images=skip_bad_images,
+            limits=Limits.with_overrides(
+                max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes
             ),
         )
-        for model_name, batch_size in arms:
-            check_against_dataset(
-                metadata,
-                batch_size=batch_size,
-                model=model_name,
-                image_size=train_image_size,
-                processes=processes,
-            )
+        plan = TrainingPlan(
+            runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes, grad_comm
+        )
+        metadata = run_prepare_task(
+            data, Path(dataset.path), options, plan,
+            subset=subset, val_fraction=val_fraction, tracking=tracking,
+        )  # fmt: skip
     dataset.metadata.update(
         {
             "classes": metadata["classes"],
