@@ -174,17 +174,6 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_run)
 
 
-def _check_precisions_here(precisions: Sequence[str], allow_emulated: bool) -> None:
-    """The local runner trains on this machine: a precision it cannot run natively stops
-    the command now, not after the data is prepared."""
-    from ampbench.train.engine import pick_device
-    from ampbench.train.precision import resolve
-
-    device = pick_device("auto")
-    for precision in precisions:
-        resolve(precision, device, allow_emulated)
-
-
 def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: object) -> list:
     """The list option if given, else the single one; both given is a mistake (unless the
     single one is at its default, which argparse cannot tell from an explicit one)."""
@@ -199,8 +188,9 @@ def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: ob
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ampbench.matrix import check_matrix, matrix_runs
+    from ampbench.matrix import matrix_runs
     from ampbench.pipelines.local import export, run_local, summary_lines
+    from ampbench.preflight import Plan, preflight
     from ampbench.train import AMP_PRECISION
     from ampbench.train.config import (
         MIN_STEPS_PER_EPOCH,
@@ -222,15 +212,16 @@ def _run(args: argparse.Namespace) -> int:
     precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)
     seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
     runs = matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision)
-    check_matrix(
+    plan = Plan(
         runs,
         args.baseline_precision,
         epochs=args.epochs,
         lr=args.lr,
         subset=args.subset,
         image_size=args.image_size,
+        allow_emulated=args.allow_emulated,
     )
-    _check_precisions_here([args.baseline_precision, *precisions], args.allow_emulated)
+    preflight(plan, "run")
     arguments = {
         "data": args.data,
         "subset": args.subset,

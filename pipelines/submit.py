@@ -691,9 +691,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from ampbench.matrix import check_matrix, matrix_runs
+    from ampbench.matrix import matrix_runs
     from ampbench.pipelines.compile import compile_pipeline
-    from ampbench.train.config import processes_per_arm
+    from ampbench.preflight import PLAN_PARAMETERS, Plan, preflight
 
     if args.timeout is not None and not args.wait:
         raise AmpbenchError("--timeout applies to --wait only")
@@ -717,20 +717,8 @@ def _submit(args: argparse.Namespace) -> int:
             arguments.get("baseline_precision", defaults["baseline_precision"]),
         )
     settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
-    for name, least in (("num_nodes", 1), ("gpu_count", 0)):
-        if int(settings[name]) < least:
-            option = "--" + name.replace("_", "-")
-            raise AmpbenchError(f"{option}: must be at least {least}, not {settings[name]}")
-    check_matrix(
-        settings["runs"],
-        settings["baseline_precision"],
-        epochs=settings["epochs"],
-        lr=settings["lr"],
-        subset=settings["subset"],
-        image_size=settings["image_size"],
-        grad_comm=settings["grad_comm"],
-        processes=processes_per_arm(int(settings["gpu_count"]), int(settings["num_nodes"])),
-    )
+    plan = Plan(**{name: settings[name] for name in PLAN_PARAMETERS})
+    preflight(plan, "submit")
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
     with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:

@@ -254,3 +254,11 @@ def test_the_train_timeout_chosen_at_compile_time_reaches_the_task_and_its_train
     task = all_tasks(compiled[0])["train"]
     assert int(platform_of(compiled, task)["activeDeadlineSeconds"]) == 1234
     assert task["inputs"]["parameters"]["timeout_s"] == {"runtimeValue": {"constant": 1234}}
+
+
+def test_the_preflight_plan_reads_pipeline_parameters(compiled: list[dict[str, Any]]) -> None:
+    """`ampbench submit` fills preflight's Plan from the pipeline's parameters by name."""
+    from ampbench.preflight import PLAN_PARAMETERS
+
+    parameters = compiled[0]["root"]["inputDefinitions"]["parameters"]
+    assert set(PLAN_PARAMETERS) <= set(parameters)

@@ -49,8 +49,9 @@ def prepare(
 
     from ampbench.data import SourceOptions
     from ampbench.data.limits import Limits
-    from ampbench.data.task import TrainingPlan, run_prepare_task
+    from ampbench.data.task import run_prepare_task
     from ampbench.errors import reported_as_step
+    from ampbench.preflight import Plan
 
     with reported_as_step("prepare"):
         options = SourceOptions(
@@ -62,13 +63,13 @@ def prepare(
                 max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes
             ),
         )
-        plan = TrainingPlan(
-            runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes, grad_comm
-        )
-        metadata = run_prepare_task(
-            data, Path(dataset.path), options, plan,
-            subset=subset, val_fraction=val_fraction, tracking=tracking,
+        plan = Plan(
+            runs, baseline_precision, epochs, lr, subset, train_image_size, grad_comm,
+            gpu_count, num_nodes, tracking=tracking,
         )  # fmt: skip
+        metadata = run_prepare_task(
+            data, Path(dataset.path), options, plan, val_fraction=val_fraction
+        )
     dataset.metadata.update(
         {
             "classes": metadata["classes"],

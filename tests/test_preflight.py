@@ -1,0 +1,73 @@
+"""preflight: the checks `ampbench run`, `ampbench submit` and the prepare step make before
+anything trains, each a one-line error, and which of them each entry point makes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ampbench.cluster import POD_ENV
+from ampbench.errors import AmpbenchError
+from ampbench.matrix import DEFAULT_RUNS, matrix_runs
+from ampbench.preflight import Plan, preflight
+
+WHERE = ("run", "submit", "prepare")
+RUNS = matrix_runs(["small-cnn"], [32], ["bf16"], [0, 1])
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize(
+    ("resources", "error"),
+    [
+        ({"num_nodes": 0}, "--num-nodes: must be at least 1, not 0"),
+        ({"gpu_count": -1}, "--gpu-count: must be at least 0, not -1"),
+    ],
+)
+def test_resources_are_checked_everywhere(where: str, resources: dict, error: str) -> None:
+    with pytest.raises(AmpbenchError) as raised:
+        preflight(Plan(RUNS, **resources), where)  # type: ignore[arg-type]
+    assert str(raised.value) == error
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_the_matrix_and_its_settings_are_checked_everywhere(where: str) -> None:
+    runs = preflight(Plan(RUNS, allow_emulated=True), where)  # type: ignore[arg-type]
+    assert [(run.precision, run.seed) for run in runs] == [
+        ("fp32", 0), ("fp32", 1), ("bf16", 0), ("bf16", 1)
+    ]  # fmt: skip
+    with pytest.raises(AmpbenchError, match=r"^runs: model small-cnn at batch size 32 has no"):
+        preflight(Plan([run for run in RUNS if run["precision"] != "fp32"]), where)  # type: ignore[arg-type]
+    # Each group's settings, as its training tasks would check them, and against --subset.
+    with pytest.raises(AmpbenchError, match=r"^--lr: must be positive, not 0"):
+        preflight(Plan(RUNS, lr=0.0), where)  # type: ignore[arg-type]
+    with pytest.raises(AmpbenchError, match=r"^--batch-size 32 x 2 processes .* --subset 40"):
+        preflight(Plan(RUNS, subset=40, gpu_count=2), where)  # type: ignore[arg-type]
+
+
+def test_only_the_prepare_step_may_have_no_matrix() -> None:
+    assert preflight(Plan(), "prepare") == []
+    for where in ("run", "submit"):
+        with pytest.raises(AmpbenchError, match=r"^runs"):
+            preflight(Plan(), where)  # type: ignore[arg-type]
+
+
+def test_the_prepare_step_in_a_pod_refuses_tracking_without_a_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(POD_ENV, "10.0.0.1")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(AmpbenchError, match=r"^tracking is on, but MLFLOW_TRACKING_URI names no"):
+        preflight(Plan(DEFAULT_RUNS, tracking=True), "prepare")
+    assert preflight(Plan(DEFAULT_RUNS, tracking=False), "prepare")
+    # The server is the cluster's business: submit, from a laptop, does not ask.
+    assert preflight(Plan(DEFAULT_RUNS, tracking=True), "submit")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="TF32 runs on a CUDA GPU")
+def test_run_trains_here_so_each_precision_must_run_here() -> None:
+    """TF32 is a CUDA mode: a CPU refuses it, emulation or not, for `run` alone."""
+    runs = matrix_runs(["small-cnn"], [32], ["tf32"], [0])
+    with pytest.raises(AmpbenchError, match=r"^--precision tf32: TF32 is a CUDA tensor-core mode"):
+        preflight(Plan(runs, allow_emulated=True), "run")
+    for where in ("submit", "prepare"):
+        assert len(preflight(Plan(runs), where)) == 2  # type: ignore[arg-type]
