@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ampbench import __version__, storage
 from ampbench.argtypes import (
@@ -29,6 +31,9 @@ from ampbench.logs import log, setup_logging
 from ampbench.process import skip_final_collection
 from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
 from ampbench.world import world_from_env
+
+if TYPE_CHECKING:
+    from ampbench.train.launch import HandOff
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -380,16 +385,23 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         "writes the outputs, checkpoints and MLflow run.",
     )
     parser.add_argument(
-        "--dataset",
-        required=True,
-        help="a prepared dataset directory, or an s3:// prefix holding one (fetched first)",
+        "--config",
+        metavar="FILE",
+        help="every setting from this file (a local path or s3:// URI), as ampbench hands an arm "
+        "to torchrun's processes and a TrainJob's nodes; no other option with it",
     )
-    parser.add_argument("--precision", required=True, choices=PRECISIONS)
+    parser.add_argument(
+        "--dataset",
+        help="a prepared dataset directory, or an s3:// prefix holding one (fetched first); "
+        "required without --config",
+    )
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, help="the arm; required without --config"
+    )
     parser.add_argument(
         "--output-dir",
-        required=True,
         help="a folder, or an s3:// prefix (written once the training ends: how the nodes of a "
-        "TrainJob hand the arm back to its pipeline task)",
+        "TrainJob hand the arm back to its pipeline task); required without --config",
     )
     parser.add_argument(
         "--pipeline-run-id", default="", help="the KFP run this training belongs to (MLflow tag)"
@@ -467,43 +479,69 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_train)
 
 
+def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff:
+    """The arm `ampbench train`'s options state: from --config's file, or from the options."""
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.launch import HandOff
+    from ampbench.train.step import TrackingOptions
+
+    given = sorted(
+        "--" + name.replace("_", "-")
+        for name, value in vars(args).items()
+        if name not in ("config", "handler", "verbose") and value != getattr(defaults, name)
+    )
+    if args.config is not None:
+        if given:
+            raise AmpbenchError(f"--config and {', '.join(given)}: give one or the other")
+        return HandOff.read(args.config)
+    missing = [f"--{name}" for name in ("dataset", "precision", "output-dir")
+               if getattr(args, name.replace("-", "_")) is None]  # fmt: skip
+    if missing:
+        raise AmpbenchError(f"{', '.join(missing)}: required (or --config)")
+    tracking = TrackingOptions(args.experiment, args.pipeline_run_id, args.register_model or "")
+    return HandOff(
+        TrainConfig.from_options(args, Path(args.dataset)),
+        args.dataset,
+        args.output_dir,
+        None if args.no_tracking else tracking,
+    )
+
+
 def _train(args: argparse.Namespace) -> int:
     from ampbench.results import RESULTS_FILE
-    from ampbench.train.config import TrainConfig
     from ampbench.train.launch import MODEL_FILE
-    from ampbench.train.step import TrackingOptions, run_training
+    from ampbench.train.step import run_training
 
-    for location in (args.dataset, args.output_dir):
+    arm = _hand_off(args, build_parser("train").parse_args(["train"]))
+    for location in (arm.dataset, arm.output_dir):
         if storage.is_s3(location):
             storage.split_s3(location)  # a malformed URI fails now, not after the training
-    tracking = TrackingOptions(args.experiment, args.pipeline_run_id, args.register_model or "")
     with contextlib.ExitStack() as stack:
 
         def scratch(prefix: str) -> Path:
             return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
 
         # The nodes of a TrainJob read the data set from, and hand the outputs back to, S3.
-        dataset = Path(args.dataset)
-        if storage.is_s3(args.dataset):
-            dataset = storage.fetch_tree(args.dataset, scratch("ampbench-dataset-"))[0]
-        local = scratch("ampbench-train-") if storage.is_s3(args.output_dir) else None
-        output_dir = local or Path(args.output_dir)
-        config = TrainConfig.from_options(args, dataset)
+        dataset = Path(arm.dataset)
+        if storage.is_s3(arm.dataset):
+            dataset = storage.fetch_tree(arm.dataset, scratch("ampbench-dataset-"))[0]
+        local = scratch("ampbench-train-") if storage.is_s3(arm.output_dir) else None
+        output_dir = local or Path(arm.output_dir)
         results = run_training(
-            config,
+            dataclasses.replace(arm.config, dataset_dir=dataset),
             output_dir / RESULTS_FILE,
             output_dir / MODEL_FILE,
-            None if args.no_tracking else tracking,
+            arm.tracking,
         )
         if not world_from_env().main:  # under torchrun, rank 0 speaks for the run
             return 0
         if local is not None:
-            storage.copy_tree(local, args.output_dir, [RESULTS_FILE, MODEL_FILE])
+            storage.copy_tree(local, arm.output_dir, [RESULTS_FILE, MODEL_FILE])
     print(
         f"{results.precision.requested} ({results.precision.support}): accuracy "
         f"{results.accuracy:.4f}, {results.timing.throughput_img_s:,.1f} images/s, "
         f"{results.timing.train_time_s:.2f} s training, {results.memory.train_peak_mb:,.1f} MB "
-        f"training peak -> {storage.join(args.output_dir, RESULTS_FILE)}"
+        f"training peak -> {storage.join(arm.output_dir, RESULTS_FILE)}"
     )
     return 0
 

@@ -26,7 +26,6 @@ import torch
 from children import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 from k8s_standin import StandIn
 
-from ampbench.cli import build_parser
 from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
 from ampbench.components.train.component import DEFAULTS
 from ampbench.components.train.component import train as train_component
@@ -35,7 +34,7 @@ from ampbench.pipelines.compile import compile_pipeline
 from ampbench.results import ArmResults, read_arm_results
 from ampbench.train import trainjob
 from ampbench.train.config import TrainConfig
-from ampbench.train.launch import train_arguments, train_in_processes, train_on_nodes
+from ampbench.train.launch import HandOff, train_in_processes, train_on_nodes
 from ampbench.train.step import TrackingOptions
 from ampbench.train.trainjob import CREATION_MARK, TrainJobSpec, manifest
 
@@ -273,8 +272,9 @@ def test_a_failed_training_process_is_one_line(
     assert expected in capfd.readouterr().err
 
 
-def test_the_command_line_for_other_processes_says_what_the_config_says() -> None:
-    """train_arguments, read back by `ampbench train`'s own parser, is the same TrainConfig."""
+def test_the_hand_off_to_other_processes_says_what_the_config_says(tmp_path: Path) -> None:
+    """The file an arm is handed to torchrun's processes and a TrainJob's nodes in, read back
+    by `ampbench train --config`, is the same TrainConfig, data set, outputs and tracking."""
     config = TrainConfig(
         Path("/data/set"),
         precision="bf16",
@@ -311,16 +311,39 @@ def test_the_command_line_for_other_processes_says_what_the_config_says() -> Non
         getattr(config, f.name) != getattr(defaults, f.name) for f in dataclasses.fields(config)
     )
     tracking = TrackingOptions("exp", "run-1", "registered")
-    arguments = train_arguments(config, "s3://bucket/out", tracking)
-    parsed = build_parser().parse_args(["train", *arguments])
-    assert TrainConfig.from_options(parsed, Path(parsed.dataset)) == config
-    assert (parsed.output_dir, parsed.experiment, parsed.pipeline_run_id) == (
-        "s3://bucket/out",
-        "exp",
-        "run-1",
-    )
-    assert parsed.register_model == "registered" and not parsed.no_tracking
-    assert build_parser().parse_args(["train", *train_arguments(config, "o", None)]).no_tracking
+    for handed in (
+        HandOff(config, "/data/set", "s3://bucket/out", tracking),
+        HandOff(config, "/data/set", str(tmp_path / "out"), None),
+    ):
+        assert HandOff.read(handed.write(str(tmp_path))) == handed
+    # Read as `ampbench train` reads it: S3 locations stay whole (a Path would merge the //).
+    nodes = HandOff(config, "s3://bucket/data", "s3://bucket/out", tracking)
+    read = HandOff.read(nodes.write(str(tmp_path)))
+    assert (read.dataset, read.output_dir) == ("s3://bucket/data", "s3://bucket/out")
+
+
+def test_a_hand_off_is_all_or_nothing_of_the_command_line(tmp_path: Path) -> None:
+    handed = HandOff(TrainConfig(Path("/data/set")), "/data/set", "o", None).write(str(tmp_path))
+    for arguments, error in [
+        (["--config", handed, "--epochs", "3"], "--config and --epochs: give one or the other"),
+        (["--precision", "fp32"], "--dataset, --output-dir: required (or --config)"),
+        (
+            ["--config", str(tmp_path / "none.json")],
+            f"--config {tmp_path}/none.json: cannot be read",
+        ),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "ampbench.cli", "train", *arguments],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert done.stderr.strip().startswith(f"ampbench: error: {error}"), done.stderr
+    (tmp_path / "other.json").write_text('{"dataset": "d", "output_dir": "o", "config": {}}')
+    with pytest.raises(
+        AmpbenchError, match=r"^--config \S+other.json: not an arm's hand-off .* \(no 'tracking'\)"
+    ):
+        HandOff.read(str(tmp_path / "other.json"))
 
 
 # -- several nodes: Kubeflow Trainer's TrainJob ---------------------------------------------------
@@ -600,11 +623,11 @@ def test_the_train_task_with_two_nodes_creates_the_trainjob_the_crd_admits(
         "nvidia.com/gpu": "8",
     }
     shared = f"{tmp_path}/shared/run-7/resnet18-b128-amp-seed0"
-    arguments = trainer["args"]
-    assert arguments[arguments.index("--dataset") + 1] == f"{shared}/dataset"
-    assert arguments[arguments.index("--output-dir") + 1] == f"{shared}/outputs"
-    assert arguments[arguments.index("--checkpoint-dir") + 1] == shared
-    assert "--resume" in arguments and "--no-tracking" in arguments
+    assert trainer["args"][-2:] == ["--config", f"{shared}/train.json"]
+    handed = HandOff.read(f"{shared}/train.json")
+    assert (handed.dataset, handed.output_dir) == (f"{shared}/dataset", f"{shared}/outputs")
+    assert handed.config.checkpoint_dir == shared and handed.config.resume
+    assert handed.tracking is None
     names = {
         e["valueFrom"].get("configMapKeyRef", e["valueFrom"].get("secretKeyRef"))["name"]
         for e in trainer["env"]

@@ -56,7 +56,7 @@ class TrainConfig:
     @classmethod
     def from_options(cls, options: object, dataset_dir: Path) -> TrainConfig:
         """The config that `ampbench train`'s parsed options state: each field is the option
-        of its name (batch_size: --batch-size), as launch.train_arguments writes them."""
+        of its name (batch_size: --batch-size)."""
         return cls(
             dataset_dir,
             **{f.name: getattr(options, f.name) for f in fields(cls) if f.name != "dataset_dir"},

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,38 +30,58 @@ from ampbench.train.step import TrackingOptions
 from ampbench.train.trainjob import DEFAULT_TIMEOUT_S, TrainJobSpec
 
 MODEL_FILE = "model.pt"
+HAND_OFF_FILE = "train.json"
 
 
-def train_arguments(
-    config: TrainConfig,
-    output_dir: str,
-    tracking: TrackingOptions | None,
-    dataset: str | None = None,
-) -> list[str]:
-    """`ampbench train`'s arguments for `config` (after the command name): the settings that
-    differ from TrainConfig's defaults, as the command's options spell them. dataset: where
-    the processes read the data set (an s3:// prefix for other nodes), if not dataset_dir."""
-    arguments = ["--dataset", dataset or str(config.dataset_dir), "--output-dir", output_dir]
-    defaults = TrainConfig(Path())
-    for field in dataclasses.fields(TrainConfig):
-        value = getattr(config, field.name)
-        # precision: required by the command, whatever its default.
-        unstated = field.name != "precision" and value == getattr(defaults, field.name)
-        if field.name == "dataset_dir" or unstated:
-            continue
-        option = "--" + field.name.replace("_", "-")
-        if isinstance(value, bool):  # a default True is turned off by its --no- form
-            arguments.append(option if value else "--no-" + option.removeprefix("--"))
-        elif value is not None:
-            arguments += [option, str(value)]
-    if tracking is None:
-        return [*arguments, "--no-tracking"]
-    arguments += ["--experiment", tracking.experiment]
-    if tracking.pipeline_run_id:
-        arguments += ["--pipeline-run-id", tracking.pipeline_run_id]
-    if tracking.registered_model_name:
-        arguments += ["--register-model", tracking.registered_model_name]
-    return arguments
+@dataclass(frozen=True)
+class HandOff:
+    """What `ampbench train --config` reads: an arm handed to other processes (torchrun's) or
+    nodes (a TrainJob's) as one file. dataset: where they read the data set (an s3:// prefix
+    for other nodes), which config.dataset_dir, a local path, cannot say."""
+
+    config: TrainConfig
+    dataset: str
+    output_dir: str
+    tracking: TrackingOptions | None
+
+    def to_json(self) -> str:
+        settings = dataclasses.asdict(self.config)
+        del settings["dataset_dir"]
+        tracking = None if self.tracking is None else dataclasses.asdict(self.tracking)
+        body = {"dataset": self.dataset, "output_dir": self.output_dir}
+        return json.dumps({**body, "config": settings, "tracking": tracking}, indent=1)
+
+    @classmethod
+    def read(cls, location: str) -> HandOff:
+        """The hand-off at a local path or s3:// URI, or a one-line error naming it."""
+        try:
+            body = json.loads(storage.read_bytes(location))
+            tracking = body["tracking"]
+            return cls(
+                TrainConfig(Path(body["dataset"]), **body["config"]),
+                body["dataset"],
+                body["output_dir"],
+                None if tracking is None else TrackingOptions(**tracking),
+            )
+        except OSError as error:
+            raise AmpbenchError(f"--config {location}: cannot be read ({error})") from None
+        except KeyError as error:
+            raise AmpbenchError(
+                f"--config {location}: not an arm's hand-off from this ampbench (no {error})"
+            ) from None
+        except (ValueError, TypeError) as error:
+            raise AmpbenchError(
+                f"--config {location}: not an arm's hand-off from this ampbench ({error})"
+            ) from None
+
+    def write(self, location: str) -> str:
+        """The hand-off to a folder, or an s3:// prefix; its location."""
+        target = storage.join(location, HAND_OFF_FILE)
+        with tempfile.TemporaryDirectory(prefix="ampbench-hand-off-") as tmp:
+            local = Path(tmp) / HAND_OFF_FILE
+            local.write_text(self.to_json(), encoding="utf-8")
+            storage.copy_file(local, target)
+        return target
 
 
 def torchrun(processes: int, arguments: list[str]) -> None:
@@ -119,7 +141,8 @@ def train_in_processes(
     """Train one arm in `processes` processes of this machine (torchrun, one per GPU, or gloo
     between CPU processes where there is no GPU)."""
     with tempfile.TemporaryDirectory(prefix="ampbench-torchrun-") as out:
-        torchrun(processes, train_arguments(config, out, tracking))
+        hand_off = HandOff(config, str(config.dataset_dir), out, tracking).write(out)
+        torchrun(processes, ["--config", hand_off])
         return collect_outputs(out, results_path, model_path, requested_resources)
 
 
@@ -165,7 +188,9 @@ def train_on_nodes(
     if api_client is None:
         api_client, namespace = in_cluster_client()
         job = dataclasses.replace(job, namespace=job.namespace or namespace)
-    arguments = train_arguments(config, outputs, tracking, dataset)
-    job = dataclasses.replace(job, arguments=arguments, active_deadline_s=int(timeout_s))
+    hand_off = HandOff(config, dataset, outputs, tracking).write(shared)
+    job = dataclasses.replace(
+        job, arguments=["--config", hand_off], active_deadline_s=int(timeout_s)
+    )
     TrainJobRun(api_client).run(manifest(job), timeout_s)
     return collect_outputs(outputs, results_path, model_path, requested_resources)
