@@ -14,18 +14,18 @@ import pytest
 
 from ampbench import schema
 from ampbench.compare.analysis import (
-    PUBLISHED,
     arm_label,
     batch_size_of,
     compare_arms,
     compare_runs,
     pair,
-    precision_label,
 )
 from ampbench.compare.plots import BATCH_PLOT, PLOTS, SCALING_PLOT
+from ampbench.compare.published import PUBLISHED
 from ampbench.compare.report import render_markdown, render_text, results_block, tables
 from ampbench.compare.stats import mean_estimate, ratio_estimate
 from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparison
+from ampbench.compare.wording import precision_label
 from ampbench.errors import AmpbenchError
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,

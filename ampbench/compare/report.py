@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
-from ampbench.compare.analysis import PUBLISHED
+from ampbench.compare.published import PUBLISHED
 from ampbench.results import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
 
 TITLE = "ampbench: mixed precision against FP32"

@@ -1,0 +1,47 @@
+"""The published experiment this project starts from, and how a run's setup differs from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ampbench.results import ArmResults
+
+# The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
+PUBLISHED = {
+    "fp32": {"accuracy": 0.7114, "peak_memory_mb": 3219.65, "train_time_s": 309.41},
+    "amp": {"accuracy": 0.6969, "peak_memory_mb": 1916.57, "train_time_s": 252.56},
+}
+PUBLISHED_SETUP: dict[str, Callable[[ArmResults], object]] = {
+    "model": lambda r: r.model,
+    "epochs": lambda r: r.hyperparameters.get("epochs"),
+    "batch size": lambda r: r.hyperparameters.get("batch_size"),
+    "training images": lambda r: r.dataset.train_images,
+    "test images": lambda r: r.dataset.test_images,
+    "classes": lambda r: r.dataset.classes,
+    "device": lambda r: r.device.type,
+}
+PUBLISHED_VALUES = {
+    "model": "resnet18",
+    "epochs": 2,
+    "batch size": 128,
+    "training images": 50_000,
+    "test images": 10_000,
+    "classes": 10,
+    "device": "cuda",
+}
+
+
+def published_differences(
+    run: ArmResults, baseline: str, headline: str, arm_count: int = 2
+) -> list[str]:
+    """How our setup differs from the published run's (empty: a reproduction)."""
+    found = [
+        f"{key} {value_of(run)} (published: {PUBLISHED_VALUES[key]})"
+        for key, value_of in PUBLISHED_SETUP.items()
+        if value_of(run) != PUBLISHED_VALUES[key]
+    ]
+    if arm_count > 2:
+        found.append(f"a matrix of {arm_count} arms (published: fp32 and amp)")
+    elif (baseline, headline) != ("fp32", "amp"):
+        found.append(f"arms {baseline} and {headline} (published: fp32 and amp)")
+    return found

@@ -1,0 +1,193 @@
+"""The comparison's words: how an arm's precision is named, the verdict sentence, the fastest
+arm per model, and the warnings printed in front of the figures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ampbench.results import ArmComparison, ArmResults, ArmSummary, Estimate, PrecisionRecord
+
+
+def best_sentence(
+    best: Mapping[str, str],
+    summaries: Mapping[str, ArmSummary],
+    comparisons: Mapping[str, ArmComparison],
+) -> str:
+    """`Fastest per model without a significant accuracy loss: resnet18: b512 bf16 (...)`."""
+    parts = []
+    for model, name in best.items():
+        arm = summaries[name]
+        text = f"{model}: {arm.precision.requested} at batch {arm.batch_size} "
+        text += f"({arm.throughput_img_s.value:,.1f} images/s"
+        if name in comparisons:
+            text += f", {comparisons[name].speedup.value:.2f}x its {arm.baseline_arm} baseline"
+        parts.append(text + ")")
+    return "Fastest per model without a significant accuracy loss: " + "; ".join(parts) + "."
+
+
+def precision_label(precision: PrecisionRecord) -> str:
+    """`AMP (fp16)`, `bf16 autocast (emulated)`, `strict FP32`."""
+    names = {
+        "fp32": "strict FP32",
+        "tf32": "TF32",
+        "fp16": "fp16 autocast",
+        "bf16": "bf16 autocast",
+        "fp8": "FP8 training (tensorwise scales)",
+        "fp8-rowwise": "FP8 training (rowwise scales)",
+    }
+    if precision.requested == "amp":
+        detail = [precision.resolved] + (["emulated"] if precision.emulated else [])
+        return f"AMP ({', '.join(detail)})"
+    return names[precision.resolved] + (" (emulated)" if precision.emulated else "")
+
+
+def _ci(estimate: Estimate, fmt: str, unit: str = "") -> str:
+    if estimate.low is None or estimate.high is None:
+        return ""
+    return f"95 % CI {estimate.low:{fmt}}{unit}-{estimate.high:{fmt}}{unit}"
+
+
+def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_chance: bool) -> str:
+    """One sentence a person can act on, from the headline arm's figures."""
+    run = arm.per_seed[0]
+    against = precision_label(base.precision)
+    speed = comparison.speedup
+    ci = _ci(speed, ".2f", "x")
+    if speed.excludes(1.0) is False:
+        speed_text = (
+            f"showed no significant difference in speed from {against} ({speed.value:.2f}x, {ci})"
+        )
+    elif speed.value >= 1:
+        speed_text = f"trained {speed.value:.2f}x faster than {against}" + (
+            f" ({ci})" if ci else ""
+        )
+    else:
+        speed_text = (
+            f"trained {1 / speed.value:.2f}x slower than {against} (speedup {speed.value:.2f}x"
+            + (f", {ci})" if ci else ")")
+        )
+    memory = comparison.memory_ratio
+    if memory is None:
+        memory_text = "with training memory not comparable"
+    elif memory.excludes(1.0) is False:
+        memory_text = (
+            f"with no significant difference in training memory ({memory.value:.2f}x, "
+            f"{_ci(memory, '.2f', 'x')})"
+        )
+    else:
+        ci = _ci(memory, ".2f", "x")
+        memory_text = f"with {memory.value:.2f}x the training memory" + (f" ({ci})" if ci else "")
+    delta = comparison.accuracy_delta_pp
+    if at_chance:
+        accuracy_text = "; accuracy at chance level: too short to judge accuracy"
+    elif delta.excludes(0.0) is False:
+        accuracy_text = (
+            f" and no significant difference in accuracy ({delta.value:+.2f} pp, "
+            f"{delta.low:+.2f}...{delta.high:+.2f})"
+        )
+    else:
+        interval = f" ({delta.low:+.2f}...{delta.high:+.2f})" if delta.low is not None else ""
+        accuracy_text = f" and {delta.value:+.2f} pp accuracy{interval}"
+    sentence = (
+        f"On {run.device.name} ({run.device.type}), {precision_label(arm.precision)} "
+        f"{speed_text} {memory_text}{accuracy_text}."
+    )
+    if speed.n == 1:
+        sentence += " One seed per arm: no intervals, so no claim of significance."
+    return sentence
+
+
+@dataclass(frozen=True)
+class Notes:
+    """What a reader must know before reading the figures, as lists of `arm seed N`."""
+
+    found: list[str]  # differences beyond precision, compared under --allow-mismatch
+    emulated: list[str]
+    emulated_support: dict[str, str]
+    resumed: list[str]
+    schema_1: bool
+    unpaired: dict[str, list[int]]
+    at_chance: list[str]
+    missed_target: list[str]
+
+    @classmethod
+    def of(
+        cls,
+        paired: Mapping[str, Sequence[ArmResults]],
+        summaries: Mapping[str, ArmSummary],
+        found: list[str],
+        unpaired: dict[str, list[int]],
+        above_chance: Callable[[ArmResults], bool],
+    ) -> Notes:
+        def runs_where(keep: Callable[[ArmResults], object]) -> list[str]:
+            return [
+                f"{name} seed {run.seed}"
+                for name, runs in paired.items()
+                for run in runs
+                if keep(run)
+            ]
+
+        emulated = [name for name, summary in summaries.items() if summary.precision.emulated]
+        return cls(
+            found=found,
+            emulated=emulated,
+            emulated_support={
+                name: f"{summaries[name].precision.resolved} EMULATED "
+                f"({summaries[name].precision.support.removeprefix('EMULATED: ')})"
+                for name in emulated
+            },
+            resumed=runs_where(lambda run: run.resumed_from),
+            # Schema 2 measured as this one does (only its start-up is not recorded).
+            schema_1=any(r.upgraded_from_schema == 1 for runs in paired.values() for r in runs),
+            unpaired=unpaired,
+            at_chance=runs_where(lambda run: not above_chance(run)),
+            missed_target=runs_where(
+                lambda run: run.time_to_target and not run.time_to_target.reached
+            ),
+        )
+
+    def warnings(self, first: ArmResults) -> list[str]:
+        """The warnings, in the order the report prints them; `first` is the headline's
+        baseline run of the first seed (its class count and target accuracy)."""
+        warnings = []
+        if self.found:
+            warnings.append(
+                f"Compared although the arms differ in more than precision (--allow-mismatch): "
+                f"{'; '.join(self.found)}. The figures are not precision's alone."
+            )
+        for name in self.emulated:
+            warnings.append(
+                f"Arm {name} ran {self.emulated_support[name]}: its speed and memory measure "
+                "the emulation, not mixed precision."
+            )
+        if self.resumed:
+            warnings.append(
+                f"Resumed from a checkpoint: {', '.join(self.resumed)}. Their training time "
+                "adds up several processes, each with its own warm-up."
+            )
+        if self.schema_1:
+            warnings.append(
+                "Some results are of schema version 1 (an earlier "
+                "ampbench, before its measurement protocol): their time holds the first epoch's "
+                "one-time costs, their memory counts the data set and the model, and whether "
+                "their precision was native was not recorded."
+            )
+        if self.unpaired:
+            left_out = "; ".join(
+                f"{name} seed {', '.join(map(str, s))}" for name, s in self.unpaired.items()
+            )
+            warnings.append(f"Left out, with no partner in every arm: {left_out}.")
+        if self.at_chance:
+            warnings.append(
+                f"Accuracy is at chance level (1/{first.dataset.classes}) in "
+                f"{', '.join(self.at_chance)}: too short (or diverged) to judge accuracy."
+            )
+        if self.missed_target:
+            target = first.time_to_target.target_accuracy if first.time_to_target else None
+            warnings.append(
+                f"Never reached the target accuracy {target}: {', '.join(self.missed_target)} "
+                "(their time to target is left out, and so are their pairs in the "
+                "time-to-target ratio)."
+            )
+        return warnings
