@@ -21,12 +21,13 @@ from typing import Any, TextIO
 from ampbench import storage
 from ampbench.compare.report import render_text
 from ampbench.compare.step import CompareOutputs
+from ampbench.comparison import Comparison, read_comparison
 from ampbench.data.sources import SourceOptions, local_path
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
 from ampbench.matrix import run_name
 from ampbench.pipelines.pipeline import build_pipeline
-from ampbench.results import Comparison, read_arm_results, read_comparison
+from ampbench.results import read_arm_results
 from ampbench.tracking import (
     local_store,
     runs_table_url,

@@ -10,7 +10,8 @@ STAGE=${STAGE:-$ROOT/build/mutation}
 # MODULES and TESTS narrow a run, e.g. MODULES=ampbench/results.py TESTS=tests/test_results.py
 read -r -a MODULES <<<"${MODULES:-ampbench/compare/analysis.py ampbench/compare/summary.py \
 ampbench/compare/wording.py ampbench/compare/published.py ampbench/compare/stats.py \
-ampbench/train/precision.py ampbench/results.py ampbench/data/dataset.py}"
+ampbench/train/precision.py ampbench/results.py ampbench/comparison.py ampbench/old_results.py \
+ampbench/data/dataset.py}"
 read -r -a TESTS <<<"${TESTS:-tests/test_compare.py tests/test_prepare.py tests/test_precision.py tests/test_results.py}"
 
 rm -rf "$STAGE"

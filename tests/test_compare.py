@@ -26,10 +26,11 @@ from ampbench.compare.report import render_markdown, render_text, results_block,
 from ampbench.compare.stats import mean_estimate, ratio_estimate
 from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.compare.wording import precision_label
+from ampbench.comparison import read_comparison
 from ampbench.errors import AmpbenchError
+from ampbench.old_results import UNRECORDED
 from ampbench.results import (
     RESULTS_SCHEMA_VERSION,
-    UNRECORDED,
     ArmResults,
     Compute,
     DatasetRecord,
@@ -43,7 +44,6 @@ from ampbench.results import (
     Timing,
     Versions,
     read_arm_results,
-    read_comparison,
     write_json,
 )
 from ampbench.train import PRECISIONS

@@ -8,11 +8,12 @@ import pytest
 import torch
 from kfp import dsl, local
 
+from ampbench.comparison import read_comparison
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
 from ampbench.matrix import matrix_runs
 from ampbench.pipelines.pipeline import build_pipeline
-from ampbench.results import read_arm_results, read_comparison
+from ampbench.results import read_arm_results
 from ampbench.train.config import TrainConfig
 
 

@@ -18,7 +18,8 @@ import pytest
 from mlflow import MlflowClient
 
 from ampbench.compare.plots import BATCH_PLOT, PLOTS
-from ampbench.results import read_arm_results, read_comparison
+from ampbench.comparison import read_comparison
+from ampbench.results import read_arm_results
 
 # The user's model: a module in the run's directory, importable by every task (PYTHONPATH).
 USER_MODEL = "e2e_user_model:tiny_convnet"

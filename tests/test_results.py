@@ -9,16 +9,10 @@ from pathlib import Path
 import pytest
 
 from ampbench import schema
+from ampbench.comparison import COMPARISON_SCHEMA_VERSION, Estimate, read_comparison
 from ampbench.errors import AmpbenchError
-from ampbench.results import (
-    COMPARISON_SCHEMA_VERSION,
-    RESULTS_SCHEMA_VERSION,
-    UNRECORDED,
-    Estimate,
-    read_arm_results,
-    read_comparison,
-    write_json,
-)
+from ampbench.old_results import UNRECORDED
+from ampbench.results import RESULTS_SCHEMA_VERSION, read_arm_results, write_json
 
 DATA = Path(__file__).parent / "data"
 

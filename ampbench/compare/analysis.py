@@ -19,14 +19,10 @@ from ampbench.compare.published import published_differences
 from ampbench.compare.stats import mean_estimate, ratio_estimate
 from ampbench.compare.summary import batch_size_of, best_per_model, scaling_rows, summarize
 from ampbench.compare.wording import Notes, best_sentence, verdict
+from ampbench.comparison import COMPARISON_SCHEMA_VERSION, ArmComparison, Comparison
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import group_label
-from ampbench.results import (
-    COMPARISON_SCHEMA_VERSION,
-    ArmComparison,
-    ArmResults,
-    Comparison,
-)
+from ampbench.results import ArmResults
 
 # What every compared run must share, beside the hyperparameters.
 SHARED: dict[str, Callable[[ArmResults], object]] = {

@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only: no display, in a pod or on a CI machine
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
-from ampbench.results import ArmSummary, Comparison, Estimate
+from ampbench.comparison import ArmSummary, Comparison, Estimate
 
 PLOTS = ("curves.png", "throughput.png", "memory.png")
 # Only for a matrix with several batch sizes: throughput and memory against batch size.

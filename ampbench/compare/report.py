@@ -1,6 +1,6 @@
 """The comparison as a person reads it: the RESULTS block, Markdown and self-contained HTML.
 
-Everything here reads a results.Comparison; the figures' definitions are results.DEFINITIONS.
+Everything here reads a comparison.Comparison; the figures' definitions are comparison.DEFINITIONS.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 
 from ampbench.compare.published import PUBLISHED
-from ampbench.results import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
+from ampbench.comparison import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
 
 TITLE = "ampbench: mixed precision against FP32"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ampbench.results import Estimate
+from ampbench.comparison import Estimate
 
 
 def _t_half_width(values: Sequence[float]) -> tuple[float, float | None]:

@@ -11,9 +11,10 @@ from ampbench import PIPELINE_NAME
 from ampbench.compare.analysis import compare_runs
 from ampbench.compare.plots import write_plots
 from ampbench.compare.report import render_html, render_markdown
+from ampbench.comparison import Comparison
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
-from ampbench.results import Comparison, read_arm_results, write_json
+from ampbench.results import read_arm_results, write_json
 from ampbench.tracking import (
     BASELINE_TAG,
     DEFAULT_EXPERIMENT,

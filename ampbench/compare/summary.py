@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 
 from ampbench.compare.stats import mean_estimate
-from ampbench.results import ArmComparison, ArmResults, ArmSummary, Estimate, ScalingRow, TimeSpent
+from ampbench.comparison import ArmComparison, ArmSummary, Estimate, ScalingRow, TimeSpent
+from ampbench.results import ArmResults
 
 
 def batch_size_of(run: ArmResults) -> int:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ampbench.results import ArmComparison, ArmResults, ArmSummary, Estimate, PrecisionRecord
+from ampbench.comparison import ArmComparison, ArmSummary, Estimate
+from ampbench.results import ArmResults, PrecisionRecord
 
 
 def best_sentence(

@@ -14,7 +14,7 @@ The measurement protocol, the same for every entry point (the pipeline's train s
 4. The clock runs over the training steps only, device-synchronised; evaluation and checkpoint
    writes are timed apart, and whoever tracks the run (MLflow) does its work between epochs,
    never while steps are timed.
-What each figure means is written once, in ampbench/results.py (DEFINITIONS and the schema).
+What each figure means is written once, in ampbench/comparison.py (DEFINITIONS) and results.py.
 """
 
 from __future__ import annotations
