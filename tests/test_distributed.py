@@ -32,11 +32,12 @@ from ampbench.components.train.component import train as train_component
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.compile import compile_pipeline
 from ampbench.results import ArmResults, read_arm_results
-from ampbench.train import trainjob
+from ampbench.train import trainjob_run
 from ampbench.train.config import TrainConfig
 from ampbench.train.launch import HandOff, train_in_processes, train_on_nodes
 from ampbench.train.step import TrackingOptions
-from ampbench.train.trainjob import CREATION_MARK, TrainJobSpec, manifest
+from ampbench.train.trainjob import TrainJobSpec, manifest
+from ampbench.train.trainjob_run import CREATION_MARK
 
 MODEL = "ddp_user_model:slow_tiny_convnet"
 MODULE = """
@@ -426,7 +427,7 @@ def test_the_trainjob_fits_the_pinned_crd_and_refuses_what_it_does_not_know() ->
 def nodes_config(
     synthetic_dataset: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> TrainConfig:
-    monkeypatch.setattr(trainjob, "POLL_S", 0.5)  # the stand-in answers at once
+    monkeypatch.setattr(trainjob_run, "POLL_S", 0.5)  # the stand-in answers at once
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])  # the user's model, on every node
     return TrainConfig(
         synthetic_dataset,
@@ -595,7 +596,7 @@ def test_the_train_task_with_two_nodes_creates_the_trainjob_the_crd_admits(
     assert train_inputs["s3_secret"]["componentInputParameter"] == "pipelinechannel--s3_secret"
 
     with StandIn(tmp_path, "refuse") as api:
-        monkeypatch.setattr(trainjob, "in_cluster_client", lambda: (api.api_client(), "team-a"))
+        monkeypatch.setattr(trainjob_run, "in_cluster_client", lambda: (api.api_client(), "team-a"))
         with pytest.raises(SystemExit):
             train_task(
                 synthetic_dataset,

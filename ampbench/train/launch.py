@@ -1,8 +1,7 @@
 """Training in several processes, on the engines that exist for it: torchrun in one pod (one
-process per GPU), Kubeflow Trainer across nodes (trainjob.py). Both run the same `ampbench
-train` command line, built here from a TrainConfig, and both leave the arm's outputs where
-the train step reads them back.
-"""
+process per GPU), Kubeflow Trainer across nodes (trainjob.py, trainjob_run.py). Both run
+`ampbench train --config` with the arm's HandOff, and both leave the arm's outputs where the
+train step reads them back."""
 
 from __future__ import annotations
 
@@ -171,7 +170,8 @@ def train_on_nodes(
     prepared data set goes there for the nodes, and node 0's rank 0 writes the arm's outputs
     there for this task to collect. The TrainJob ends itself after timeout_s.
     """
-    from ampbench.train.trainjob import TrainJobRun, in_cluster_client, manifest
+    from ampbench.train.trainjob import manifest
+    from ampbench.train.trainjob_run import TrainJobRun, in_cluster_client
 
     if not shared:
         raise AmpbenchError(
