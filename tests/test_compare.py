@@ -308,15 +308,17 @@ def test_verdict_says_what_is_and_is_not_significant() -> None:
     amp = [arm_result("amp", s, 0.70 + 0.004 * (2 - s), 1560.0, 100.0 + s) for s in range(3)]
     verdict = compare_arms({"fp32": fp32, "amp": amp}).verdict
     assert verdict.startswith("On NVIDIA H200 (cuda), AMP (fp16) trained 2.98x faster")
-    assert "x faster than strict FP32 (95 % CI 2." in verdict
-    assert "with 0.52x the training memory (95 % CI 0.5" in verdict
-    assert "no significant difference in accuracy (+0.00 pp, -" in verdict
+    assert "x faster than strict FP32 (95% CI 2." in verdict
+    assert "with 0.52x the training memory (95% CI 0.5" in verdict
+    assert (
+        "no significant difference in accuracy (+0.00 pp, 95% CI -1.99 pp to +1.99 pp)" in verdict
+    )
     same_speed = [arm_result("amp", s, 0.60, 1560.0, 300.0 + 20 * (s - 1)) for s in range(3)]
     verdict = compare_arms({"fp32": fp32, "amp": same_speed}).verdict
     assert "showed no significant difference in speed from strict FP32 (" in verdict
     assert " and -10.40 pp accuracy (" in verdict
     slower = [arm_result("amp", s, 0.70, 1500.0, 600.0 + s) for s in range(3)]
-    assert "trained 2.00x slower than strict FP32 (speedup 0.50x, 95 % CI" in (
+    assert "trained 2.00x slower than strict FP32 (speedup 0.50x, 95% CI" in (
         compare_arms({"fp32": fp32, "amp": slower}).verdict
     )
 

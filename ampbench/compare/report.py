@@ -11,6 +11,7 @@ from html import escape
 from pathlib import Path
 
 from ampbench.compare.published import PUBLISHED
+from ampbench.compare.wording import interval
 from ampbench.comparison import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
 
 TITLE = "ampbench: mixed precision against FP32"
@@ -33,9 +34,8 @@ def results_block(fp32: Mapping[str, float], mixed: Mapping[str, float]) -> str:
 
 
 def _interval(estimate: Estimate | None, fmt: str, unit: str = "") -> str:
-    if estimate is None or estimate.low is None or estimate.high is None:
-        return ""
-    return f" (95% CI {estimate.low:{fmt}}{unit} to {estimate.high:{fmt}}{unit})"
+    ci = interval(estimate, fmt, unit)
+    return f" ({ci})" if ci else ""
 
 
 def _figure(estimate: Estimate | None, fmt: str, unit: str = "") -> str:

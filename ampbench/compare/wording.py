@@ -43,10 +43,12 @@ def precision_label(precision: PrecisionRecord) -> str:
     return names[precision.resolved] + (" (emulated)" if precision.emulated else "")
 
 
-def _ci(estimate: Estimate, fmt: str, unit: str = "") -> str:
-    if estimate.low is None or estimate.high is None:
+def interval(estimate: Estimate | None, fmt: str, unit: str = "") -> str:
+    """`95% CI 1.10x to 1.30x`: how the verdict and the report write every interval; "" where
+    there is none (one seed)."""
+    if estimate is None or estimate.low is None or estimate.high is None:
         return ""
-    return f"95 % CI {estimate.low:{fmt}}{unit}-{estimate.high:{fmt}}{unit}"
+    return f"95% CI {estimate.low:{fmt}}{unit} to {estimate.high:{fmt}}{unit}"
 
 
 def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_chance: bool) -> str:
@@ -54,7 +56,7 @@ def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_cha
     run = arm.per_seed[0]
     against = precision_label(base.precision)
     speed = comparison.speedup
-    ci = _ci(speed, ".2f", "x")
+    ci = interval(speed, ".2f", "x")
     if speed.excludes(1.0) is False:
         speed_text = (
             f"showed no significant difference in speed from {against} ({speed.value:.2f}x, {ci})"
@@ -74,10 +76,10 @@ def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_cha
     elif memory.excludes(1.0) is False:
         memory_text = (
             f"with no significant difference in training memory ({memory.value:.2f}x, "
-            f"{_ci(memory, '.2f', 'x')})"
+            f"{interval(memory, '.2f', 'x')})"
         )
     else:
-        ci = _ci(memory, ".2f", "x")
+        ci = interval(memory, ".2f", "x")
         memory_text = f"with {memory.value:.2f}x the training memory" + (f" ({ci})" if ci else "")
     delta = comparison.accuracy_delta_pp
     if at_chance:
@@ -85,11 +87,11 @@ def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_cha
     elif delta.excludes(0.0) is False:
         accuracy_text = (
             f" and no significant difference in accuracy ({delta.value:+.2f} pp, "
-            f"{delta.low:+.2f}...{delta.high:+.2f})"
+            f"{interval(delta, '+.2f', ' pp')})"
         )
     else:
-        interval = f" ({delta.low:+.2f}...{delta.high:+.2f})" if delta.low is not None else ""
-        accuracy_text = f" and {delta.value:+.2f} pp accuracy{interval}"
+        ci = interval(delta, "+.2f", " pp")
+        accuracy_text = f" and {delta.value:+.2f} pp accuracy" + (f" ({ci})" if ci else "")
     sentence = (
         f"On {run.device.name} ({run.device.type}), {precision_label(arm.precision)} "
         f"{speed_text} {memory_text}{accuracy_text}."
