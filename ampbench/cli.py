@@ -705,7 +705,7 @@ def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None
 
 
 def _add_kfp(commands: argparse._SubParsersAction) -> None:
-    from ampbench.pipelines.submit import add_commands
+    from ampbench.pipelines.kfp_commands import add_commands
 
     add_commands(commands)
 
