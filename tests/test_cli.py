@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench import cli as cli_module
 from ampbench.cli import build_parser, main
+from ampbench.cli import mlflow_commands as cli_module
 from ampbench.data import sources as sources_module
 from ampbench.results import read_arm_results
 from ampbench.train import precision as precision_module

@@ -15,7 +15,7 @@ from services import closed_port
 from ampbench import DEFAULT_IMAGE
 from ampbench.cli import build_parser, main
 from ampbench.matrix import matrix_runs
-from ampbench.pipelines import submit
+from ampbench.pipelines import client, parameter_options
 from ampbench.pipelines.compile import compile_pipeline
 
 TOKEN = "tok-S3CRET-4b1d-kfp"
@@ -39,7 +39,7 @@ def isolated_kfp(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No KFP settings, context file or in-cluster token of this machine; a secret in env."""
     for name in KFP_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(submit, "IN_CLUSTER_TOKEN_PATHS", ())
+    monkeypatch.setattr(client, "IN_CLUSTER_TOKEN_PATHS", ())
     monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
     monkeypatch.setattr(kfp.Client, "_NAMESPACE_PATH", str(tmp_path / "no-pod-namespace"))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
@@ -165,13 +165,13 @@ def test_new_parameters_get_options_that_do_not_clash() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--image")
     parameters = [
-        submit.PipelineParameter("image", "String", "x", None),
-        submit.PipelineParameter("node_selector", "Dict", {}, "GPU node labels"),
-        submit.PipelineParameter("checkpoint_dir", "String", "", None),
-        submit.PipelineParameter("resume", "Boolean", False, None),
-        submit.PipelineParameter("weights", "List", [], None),
+        parameter_options.PipelineParameter("image", "String", "x", None),
+        parameter_options.PipelineParameter("node_selector", "Dict", {}, "GPU node labels"),
+        parameter_options.PipelineParameter("checkpoint_dir", "String", "", None),
+        parameter_options.PipelineParameter("resume", "Boolean", False, None),
+        parameter_options.PipelineParameter("weights", "List", [], None),
     ]
-    submit._add_pipeline_options(parser, parameters)
+    parameter_options.add_pipeline_options(parser, parameters)
     args = parser.parse_args(
         [
             *("--image", "a", "--param-image", "b", "--node-selector", '{"gpu": "h100"}'),

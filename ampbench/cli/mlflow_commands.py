@@ -1,0 +1,138 @@
+"""The commands over the runs tracked in MLflow: `report` (a pipeline run's report, rebuilt from
+MLflow alone) and `ui` (the MLflow UI over the local store)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ampbench.argtypes import positive_int
+from ampbench.errors import AmpbenchError
+from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
+
+
+# -- report -------------------------------------------------------------------------------------
+def add_report(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="rebuild a pipeline run's report from MLflow alone",
+        description="Download the arm runs' results of a pipeline run from MLflow and write the "
+        "comparison again (results.json, report.md, report.html, plots/).",
+    )
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
+    parser.add_argument("--parent-run-id", help="the pipeline run's parent run (default: newest)")
+    parser.add_argument(
+        "--output-dir", type=Path, default=Path("report"), help="where to write the report"
+    )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare arms that differ in more than precision, with a warning",
+    )
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ampbench.compare.report import render_text
+    from ampbench.compare.step import CompareOutputs, run_comparison
+    from ampbench.tracking import download_arm_results
+
+    with tempfile.TemporaryDirectory() as downloads:
+        parent, baseline, arms = download_arm_results(
+            args.experiment, args.parent_run_id, Path(downloads)
+        )
+        outputs = CompareOutputs.in_directory(args.output_dir)
+        comparison = run_comparison(
+            arms, outputs, baseline=baseline, allow_mismatch=args.allow_mismatch
+        )
+    print(render_text(comparison))
+    print(f"\nreport of MLflow run {parent} -> {outputs.report} ({outputs.html.name}, plots/)")
+    return 0
+
+
+# -- ui -----------------------------------------------------------------------------------------
+def add_ui(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "ui",
+        help="browse the runs in the MLflow UI",
+        description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
+    )
+    parser.add_argument("--port", type=positive_int, default=UI_PORT, help="port on 127.0.0.1")
+    parser.add_argument(
+        "--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment whose runs to show"
+    )
+    parser.set_defaults(handler=_ui)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from ampbench.tracking import (
+        find_experiment_id,
+        local_store,
+        local_ui_base,
+        runs_table_url,
+        safe_tracking_uri,
+        tracking_uri,
+    )
+
+    uri = tracking_uri()
+    if not local_store():
+        raise AmpbenchError(
+            f"MLFLOW_TRACKING_URI is {safe_tracking_uri()}: open that server's own UI instead"
+        )
+    base = local_ui_base(args.port)
+    _check_port_free(args.port)
+    # Read before the server starts: two processes creating a fresh store's tables would race.
+    experiment_id = find_experiment_id(args.experiment)
+    print(f"MLflow UI on {base} ({uri}); Ctrl-C stops it")
+    if experiment_id is None:
+        print(f"experiment '{args.experiment}' has no runs in this store yet")
+    else:
+        print(f"runs of experiment '{args.experiment}': {runs_table_url(base, experiment_id)}")
+    # One worker: one person browsing. The server and its worker get a process group of their
+    # own, so that stopping this command (Ctrl-C, SIGTERM, SIGHUP) stops all of them.
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    command += ["--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    try:
+        code = server.wait()
+    finally:
+        _stop_group(server)
+    # Only a signal to this command stops a UI that works (it raises KeyboardInterrupt above).
+    raise AmpbenchError(f"the MLflow UI server on {base} stopped by itself (exit code {code})")
+
+
+def _check_port_free(port: int) -> None:
+    """A one-line error for a taken --port: MLflow's server only logs it and exits 0."""
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise AmpbenchError(
+                f"--port {port}: cannot serve there ({error.strerror}); pass another --port"
+            ) from None
+
+
+def _stop_group(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM to a child's process group, SIGKILL to what is left after grace_s."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers that outlived their parent
+    process.wait()

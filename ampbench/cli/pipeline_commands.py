@@ -1,0 +1,208 @@
+"""The commands over the whole pipeline: `run` (here, with the KFP local runner), `compile`,
+and `submit` and `upload` (to Kubeflow Pipelines, from ampbench.pipelines)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ampbench import storage
+from ampbench.argtypes import batch_size_list, model_list, precision_list, seed_list
+from ampbench.cli.options import add_comparison_options, add_training_options
+from ampbench.errors import AmpbenchError
+from ampbench.logs import log
+
+
+# -- run ----------------------------------------------------------------------------------------
+def add_run(commands: argparse._SubParsersAction) -> None:
+    from ampbench.train import (
+        AMP_PRECISION,
+        BASELINE_PRECISION,
+        DEFAULT_DATA,
+        PRECISIONS,
+    )
+
+    parser = commands.add_parser(
+        "run",
+        help="run the whole pipeline here with the KFP local runner",
+        description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
+        "runner, track the runs in MLflow, and print the RESULTS block.",
+    )
+    parser.add_argument(
+        "--data",
+        default=DEFAULT_DATA,
+        help="synthetic, cifar10, cifar100, a path (ImageFolder tree or archive, CIFAR tarball) "
+        "or an s3:// URI",
+    )
+    add_training_options(parser)
+    # Unset: short_run_batch_size picks it from --subset.
+    parser.set_defaults(batch_size=None)
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, help="one seed (default 0)")
+    seeds.add_argument("--seeds", type=seed_list, help="several seeds, e.g. 0,1,2")
+    parser.add_argument(
+        "--baseline-precision",
+        choices=PRECISIONS,
+        default=BASELINE_PRECISION,
+        help="the baseline arm",
+    )
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default=AMP_PRECISION, help="the mixed-precision arm"
+    )
+    _add_matrix_options(parser, PRECISIONS)
+    add_comparison_options(parser)
+    parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
+    parser.add_argument(
+        "--checkpoint-dir",
+        help="where training tasks checkpoint (local or s3://); a retried task resumes there",
+    )
+    parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
+    parser.add_argument(
+        "--export",
+        metavar="URI",
+        help="also copy report, plots, results and models to s3://bucket/prefix or a directory",
+    )
+    parser.set_defaults(handler=_run)
+
+
+def _add_matrix_options(parser: argparse.ArgumentParser, precisions: tuple[str, ...]) -> None:
+    matrix = parser.add_argument_group(
+        "experiment matrix",
+        "Several arms in one run: every model x batch size x precision x seed is a training "
+        "task, and each (model, batch size) group gets its own baseline arm. Each list replaces "
+        "its single-value option.",
+    )
+    matrix.add_argument(
+        "--precisions",
+        type=precision_list,
+        metavar="LIST",
+        help="precisions to compare with the baseline, e.g. tf32,fp16,bf16 (of "
+        f"{', '.join(precisions)})",
+    )
+    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
+    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
+
+
+def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: object) -> list:
+    """The list option if given, else the single one; both given is a mistake (unless the
+    single one is at its default, which argparse cannot tell from an explicit one)."""
+    values = getattr(args, plural)
+    if values is None:
+        return [getattr(args, single)]
+    if getattr(args, single) != default:
+        raise AmpbenchError(
+            f"--{single.replace('_', '-')} and --{plural.replace('_', '-')}: give one of them"
+        )
+    return values
+
+
+def _matrix_runs(args: argparse.Namespace) -> list[dict[str, str | int]]:
+    """The training tasks the options state: each single-value option or its list."""
+    from ampbench.matrix import matrix_runs
+    from ampbench.train import AMP_PRECISION
+    from ampbench.train.config import (
+        MIN_STEPS_PER_EPOCH,
+        TrainConfig,
+        short_run_batch_size,
+    )
+
+    models = _one_or_list(args, "model", "models", TrainConfig.model)
+    if args.batch_size is None and args.batch_sizes is None:
+        args.batch_size = short_run_batch_size(args.subset)
+        if args.batch_size != TrainConfig.batch_size:
+            log.info(
+                "--subset %d: batch %d, for at least %d steps an epoch (--batch-size sets it)",
+                args.subset,
+                args.batch_size,
+                MIN_STEPS_PER_EPOCH,
+            )
+    batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", None)
+    precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)
+    seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
+    return matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision)
+
+
+def _preflight(args: argparse.Namespace, runs: list[dict[str, str | int]]) -> None:
+    from ampbench.preflight import Plan, preflight
+
+    plan = Plan(
+        runs,
+        args.baseline_precision,
+        epochs=args.epochs,
+        lr=args.lr,
+        subset=args.subset,
+        image_size=args.image_size,
+        allow_emulated=args.allow_emulated,
+    )
+    preflight(plan, "run")
+
+
+def _pipeline_arguments(
+    args: argparse.Namespace, runs: list[dict[str, str | int]]
+) -> dict[str, Any]:
+    """The pipeline's parameters, from the options."""
+    return {
+        "data": args.data,
+        "subset": args.subset,
+        "epochs": args.epochs,
+        "lr": args.lr,
+        "runs": runs,
+        "baseline_precision": args.baseline_precision,
+        "image_size": args.image_size,
+        "target_accuracy": args.target_accuracy,
+        "allow_emulated": args.allow_emulated,
+        "cuda_graphs": args.cuda_graphs,
+        "allow_mismatch": args.allow_mismatch,
+        "experiment": args.experiment,
+        "tracking": not args.no_tracking,
+        "max_accuracy_drop": -1.0 if args.max_accuracy_drop is None else args.max_accuracy_drop,
+        "registered_model_name": args.register_model or "",
+        "checkpoint_dir": args.checkpoint_dir or "",
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ampbench.pipelines.local import export, run_local, summary_lines
+
+    runs = _matrix_runs(args)
+    _preflight(args, runs)
+    arguments = _pipeline_arguments(args, runs)
+    if args.export and storage.is_s3(args.export):
+        storage.split_s3(args.export)  # a malformed URI fails now, not after the training
+    run = run_local(arguments, args.output_dir)
+    print("\n".join(summary_lines(run)))
+    if args.export:
+        written = export(run, args.export)
+        print(f"exported {len(written)} files to {args.export}")
+    return 0
+
+
+# -- compile ------------------------------------------------------------------------------------
+def add_compile(commands: argparse._SubParsersAction) -> None:
+    from ampbench.pipelines.compile import DEFAULT_OUTPUT, add_build_options
+
+    parser = commands.add_parser(
+        "compile", help="write the pipeline YAML for Kubeflow", description="Compile the pipeline."
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the YAML"
+    )
+    add_build_options(parser)
+    parser.set_defaults(handler=_compile)
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from ampbench.pipelines.compile import compile_pipeline
+
+    path = compile_pipeline(args.output, args.image, args.schedule)
+    print(f"wrote {path} (image {args.image}, {args.schedule} schedule)")
+    return 0
+
+
+# -- submit, upload -----------------------------------------------------------------------------
+def add_kfp(commands: argparse._SubParsersAction) -> None:
+    # Imported here: it imports KFP, which the other commands do without.
+    from ampbench.pipelines.kfp_commands import add_commands
+
+    add_commands(commands)

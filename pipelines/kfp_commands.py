@@ -1,0 +1,221 @@
+"""`ampbench submit` and `ampbench upload`: their options and what they do.
+
+`submit` compiles the pipeline, creates a run from it (in a KFP experiment) and can wait for the
+run to finish; `upload` stores the pipeline, or a new version of it, on the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kfp.client import KF_PIPELINES_SA_TOKEN_ENV, KF_PIPELINES_SA_TOKEN_PATH
+from kfp.client.client import KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, KF_PIPELINES_ENDPOINT_ENV
+
+from ampbench.argtypes import (
+    batch_size_list,
+    model_list,
+    positive_number,
+    precision_list,
+    seed_list,
+)
+from ampbench.errors import AmpbenchError
+from ampbench.pipelines.client import make_client
+from ampbench.pipelines.compile import add_build_options
+from ampbench.pipelines.parameter_options import (
+    add_pipeline_options,
+    pipeline_description,
+    pipeline_parameters,
+)
+from ampbench.pipelines.submit import (
+    DEFAULT_EXPERIMENT,
+    DEFAULT_POLL_INTERVAL_S,
+    submit_run,
+    upload_pipeline,
+)
+
+
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    connection = parser.add_argument_group("Kubeflow Pipelines")
+    connection.add_argument(
+        "--host",
+        help=f"the KFP API endpoint, e.g. http://localhost:8888 (default: "
+        f"${KF_PIPELINES_ENDPOINT_ENV})",
+    )
+    connection.add_argument("--namespace", help="profile namespace (multi-user deployments)")
+    connection.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="a file holding the bearer token (default: the pod's service-account token, "
+        f"${KF_PIPELINES_SA_TOKEN_ENV} or {KF_PIPELINES_SA_TOKEN_PATH}, if there is one)",
+    )
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Register `submit` and `upload` on the `ampbench` command's subparsers."""
+    _add_submit(commands)
+    _add_upload(commands)
+
+
+def _add_submit(commands: argparse._SubParsersAction) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="run the pipeline on Kubeflow Pipelines",
+        description="Compile the pipeline and start a run of it on a Kubeflow Pipelines "
+        "server, in a KFP experiment; with --wait, follow it until it ends.",
+    )
+    _add_connection_options(submit)
+    run = submit.add_argument_group("the run")
+    run.add_argument(
+        "--experiment",
+        help=f"KFP experiment, created if missing (default: ${KF_PIPELINES_DEFAULT_EXPERIMENT_NAME}"
+        f" or {DEFAULT_EXPERIMENT}); the MLflow experiment is --mlflow-experiment",
+    )
+    run.add_argument("--run-name", help="default: ampbench and the date and time")
+    run.add_argument(
+        "--wait", action="store_true", help="wait for the run; fail unless it succeeds"
+    )
+    run.add_argument(
+        "--timeout", type=positive_number, metavar="S", help="with --wait: give up after S s"
+    )
+    run.add_argument(
+        "--poll-interval",
+        type=positive_number,
+        default=DEFAULT_POLL_INTERVAL_S,
+        metavar="S",
+        help="with --wait: seconds between polls",
+    )
+    add_build_options(submit)
+    matrix = submit.add_argument_group(
+        "experiment matrix",
+        "Make the `runs` parameter: every model x batch size x precision x seed, each (model, "
+        "batch size) group with its own baseline arm; a list not given keeps the default "
+        "experiment's single value.",
+    )
+    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
+    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
+    matrix.add_argument(
+        "--precisions", type=precision_list, metavar="LIST", help="e.g. tf32,fp16,bf16"
+    )
+    matrix.add_argument("--seeds", type=seed_list, metavar="LIST", help="e.g. 0,1,2")
+    parameters = pipeline_parameters()
+    add_pipeline_options(submit, parameters)
+    submit.set_defaults(handler=_submit, pipeline_parameters=parameters)
+
+
+def _add_upload(commands: argparse._SubParsersAction) -> None:
+    upload = commands.add_parser(
+        "upload",
+        help="store the pipeline (or a new version of it) on Kubeflow Pipelines",
+        description="Compile the pipeline and upload it to a Kubeflow Pipelines server: a new "
+        "pipeline, or a new version of the pipeline of that name.",
+    )
+    _add_connection_options(upload)
+    from ampbench.pipelines.pipeline import PIPELINE_NAME
+
+    upload.add_argument("--name", default=PIPELINE_NAME, help="pipeline name")
+    upload.add_argument(
+        "--version",
+        dest="version_name",
+        metavar="VERSION",
+        help="name of the new version of an existing pipeline (default: the pipeline name, "
+        "ampbench version, date and time)",
+    )
+    upload.add_argument("--description", help="default: the pipeline's own description")
+    add_build_options(upload)
+    upload.set_defaults(handler=_upload)
+
+
+def _run_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline parameters given as options, and `runs` made from the matrix lists."""
+    from ampbench.matrix import matrix_runs
+
+    arguments = {
+        parameter.name: getattr(args, parameter.dest)
+        for parameter in args.pipeline_parameters
+        if hasattr(args, parameter.dest)
+    }
+    defaults = {parameter.name: parameter.default for parameter in args.pipeline_parameters}
+    lists = {"models": args.models, "batch_sizes": args.batch_sizes}
+    lists |= {"precisions": args.precisions, "seeds": args.seeds}
+    if any(value is not None for value in lists.values()):
+        if "runs" in arguments:
+            raise AmpbenchError("--runs and --models/--batch-sizes/--precisions/--seeds: give one")
+        first = defaults["runs"][0]
+        arguments["runs"] = matrix_runs(
+            lists["models"] or [first["model"]],
+            lists["batch_sizes"] or [first["batch_size"]],
+            lists["precisions"] or [run["precision"] for run in defaults["runs"]],
+            lists["seeds"] or [first["seed"]],
+            arguments.get("baseline_precision", defaults["baseline_precision"]),
+        )
+    return arguments
+
+
+def _preflight(args: argparse.Namespace, arguments: dict[str, Any]) -> None:
+    """The checks `run` makes too, on the settings the run will have (the defaults filled in)."""
+    from ampbench.preflight import PLAN_PARAMETERS, Plan, preflight
+
+    defaults = {parameter.name: parameter.default for parameter in args.pipeline_parameters}
+    settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
+    plan = Plan(**{name: settings[name] for name in PLAN_PARAMETERS})
+    preflight(plan, "submit")
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from ampbench.pipelines.compile import compile_pipeline
+
+    if args.timeout is not None and not args.wait:
+        raise AmpbenchError("--timeout applies to --wait only")
+    arguments = _run_arguments(args)
+    _preflight(args, arguments)
+    client = make_client(args.host, args.namespace, args.token_file)
+    run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
+    with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:
+        package = compile_pipeline(Path(tmp) / "ampbench.yaml", args.image, args.schedule)
+        run = submit_run(
+            client,
+            pipeline_file=package,
+            experiment=args.experiment,
+            run_name=run_name,
+            arguments=arguments,
+            namespace=args.namespace,
+            wait=args.wait,
+            timeout=args.timeout,
+            poll_interval=args.poll_interval,
+        )
+    if run.state is None:
+        print(f"submitted run '{run.run_name}' ({run.run_id}): {run.url}")
+    else:
+        print(f"run '{run.run_name}' ({run.run_id}) {run.state}: {run.url}")
+    return 0
+
+
+def _upload(args: argparse.Namespace) -> int:
+    from ampbench.pipelines.compile import compile_pipeline
+
+    client = make_client(args.host, args.namespace, args.token_file)
+    with tempfile.TemporaryDirectory(prefix="ampbench-upload-") as tmp:
+        package = compile_pipeline(Path(tmp) / "ampbench.yaml", args.image, args.schedule)
+        uploaded = upload_pipeline(
+            client,
+            pipeline_file=package,
+            name=args.name,
+            version=args.version_name,
+            description=args.description or pipeline_description(),
+            namespace=args.namespace,
+        )
+    if uploaded.version_id is None:
+        print(
+            f"uploaded pipeline '{uploaded.pipeline_name}' ({uploaded.pipeline_id}): {uploaded.url}"
+        )
+    else:
+        print(
+            f"uploaded version '{uploaded.version_name}' ({uploaded.version_id}) of pipeline "
+            f"'{uploaded.pipeline_name}' ({uploaded.pipeline_id}): {uploaded.url}"
+        )
+    return 0
