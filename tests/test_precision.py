@@ -3,6 +3,8 @@ the boundaries of CUDA compute capability (the fast tests `make mutation` runs).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import torch
 
 from ampbench import schema
 from ampbench.errors import AmpbenchError
-from ampbench.train import PRECISIONS
+from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, FP8_PRECISIONS, PRECISIONS
 from ampbench.train import fp8 as fp8_module
 from ampbench.train import precision as precision_module
 from ampbench.train.config import TrainConfig
@@ -25,6 +27,7 @@ from ampbench.train.precision import (
     math_mode,
     resolve,
 )
+from ampbench.train.precisions import ALIASES, ARMS, CpuRule
 
 CPU = torch.device("cpu")
 CPUINFO_X86 = [
@@ -434,3 +437,77 @@ def test_without_torchao_only_the_fp8_arms_are_refused(
             f"--precision {requested}: float8 training needs torchao, which is not installed "
             "(pip install 'ampbench[fp8]')"
         )
+
+
+# -- the registry, as each reader uses it -------------------------------------------------------
+def test_the_registry_lists_the_precisions_in_the_command_lines_order() -> None:
+    assert PRECISIONS == ("fp32", "tf32", "fp16", "bf16", "amp", "fp8", "fp8-rowwise")
+    assert FP8_PRECISIONS == ("fp8", "fp8-rowwise")
+    assert (BASELINE_PRECISION, AMP_PRECISION) == ("fp32", "amp")
+    assert set(ARMS) | set(ALIASES) == set(PRECISIONS)
+    assert {alias.on("cuda") for alias in ALIASES.values()} <= set(ARMS)
+    assert {alias.on("cpu") for alias in ALIASES.values()} <= set(ARMS)
+    for arm in ARMS.values():  # CPU features name only the arms whose CPU rule reads them
+        assert bool(arm.cpu_features) == (arm.cpu is CpuRule.FEATURES), arm.name
+
+
+def test_the_registry_imports_no_torch() -> None:
+    """The command line lists the names without waiting for torch."""
+    code = (
+        "import sys\n"
+        "from ampbench.train.precisions import PRECISIONS, arm_of\n"
+        "assert arm_of('amp', 'cuda').name == 'fp16' and arm_of('amp', 'cpu').name == 'bf16'\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+CAPABILITIES = {
+    "fp32": (0, 0), "tf32": (8, 0), "fp16": (7, 0), "bf16": (8, 0), "fp8": (8, 9),
+    "fp8-rowwise": (8, 9),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ARMS))
+def test_each_arm_is_native_from_its_compute_capability_and_not_below(
+    name: str, gpu: FakeGpu
+) -> None:
+    assert set(CAPABILITIES) == set(ARMS)
+    major, minor = needed = CAPABILITIES[name]
+    assert not resolve(name, gpu(needed)).emulated
+    if needed == (0, 0):
+        return
+    below = (major, minor - 1) if minor else (major - 1, 9)
+    with pytest.raises(AmpbenchError, match=rf"needs {major}\.{minor} or newer"):
+        resolve(name, gpu(below))
+
+
+@pytest.mark.parametrize(
+    ("requested", "with_features", "without"),
+    [
+        ("fp32", "native", "native"),
+        ("tf32", "refused", "refused"),
+        ("fp16", "native: AMX-FP16 on Test Xeon", "EMULATED: Test Xeon has no AVX512_FP16 or"),
+        ("bf16", "native: AVX512_BF16 on Test Xeon", "EMULATED: Test Xeon has no AVX512_BF16"),
+        ("amp", "native: AVX512_BF16 on Test Xeon", "EMULATED: Test Xeon has no AVX512_BF16"),
+        ("fp8", "EMULATED: Test Xeon has no FP8", "EMULATED: Test Xeon has no FP8"),
+        ("fp8-rowwise", "EMULATED: Test Xeon has no FP8", "EMULATED: Test Xeon has no FP8"),
+    ],
+)
+def test_each_precisions_cpu_rule(
+    requested: str, with_features: str, without: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fp32 runs on every CPU, tf32 on none, fp16 and bf16 natively with their features, fp8
+    only emulated."""
+    for has, expected in ((True, with_features), (False, without)):
+        cpu_with(monkeypatch, bf16=has, fp16=has)
+        if expected == "refused":
+            with pytest.raises(AmpbenchError, match="is a CUDA tensor-core mode"):
+                resolve(requested, CPU, allow_emulated=True)
+            continue
+        precision = resolve(requested, CPU, allow_emulated=True)
+        assert precision.support.startswith(expected), (requested, has)
+        assert precision.emulated == expected.startswith("EMULATED")
+        if not precision.emulated:
+            assert resolve(requested, CPU) == precision  # no --allow-emulated needed

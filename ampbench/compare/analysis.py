@@ -31,6 +31,7 @@ from ampbench.results import (
     ScalingRow,
     TimeSpent,
 )
+from ampbench.train.precisions import ALIASES, ARMS
 
 # The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
 PUBLISHED = {
@@ -375,19 +376,12 @@ def published_differences(
 
 
 def precision_label(precision: PrecisionRecord) -> str:
-    """`AMP (fp16)`, `bf16 autocast (emulated)`, `strict FP32`."""
-    names = {
-        "fp32": "strict FP32",
-        "tf32": "TF32",
-        "fp16": "fp16 autocast",
-        "bf16": "bf16 autocast",
-        "fp8": "FP8 training (tensorwise scales)",
-        "fp8-rowwise": "FP8 training (rowwise scales)",
-    }
-    if precision.requested == "amp":
+    """`AMP (fp16)`, `bf16 autocast (emulated)`, `strict FP32`: the registry's labels."""
+    alias = ALIASES.get(precision.requested)
+    if alias is not None:
         detail = [precision.resolved] + (["emulated"] if precision.emulated else [])
-        return f"AMP ({', '.join(detail)})"
-    return names[precision.resolved] + (" (emulated)" if precision.emulated else "")
+        return f"{alias.label} ({', '.join(detail)})"
+    return ARMS[precision.resolved].label + (" (emulated)" if precision.emulated else "")
 
 
 def _ci(estimate: Estimate, fmt: str, unit: str = "") -> str:

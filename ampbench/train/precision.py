@@ -28,29 +28,8 @@ import torch
 
 from ampbench.errors import AmpbenchError
 from ampbench.results import PrecisionRecord
-from ampbench.train import FP8_PRECISIONS, PRECISIONS
-from ampbench.train.fp8 import FP8_RECIPES, require_torchao
-
-# The fp8 arms convert only the Linear layers to float8; everything else (convolutions,
-# normalisation, attention, the loss) runs as torchao's float8 training is used in practice:
-# in bf16 (torchao's examples train a .bfloat16() model, torchtitan a bf16 FSDP2 policy). With
-# fp32 master weights, as in every arm here, that is bf16 autocast, which Float8Linear follows
-# on CUDA (it casts its input to the autocast dtype, as F.linear would).
-AUTOCAST_DTYPES = {
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp8": torch.bfloat16,
-    "fp8-rowwise": torch.bfloat16,
-}
-# The CUDA compute capability each precision needs natively (tensor cores of that format).
-CUDA_NATIVE = {
-    "fp32": (0, 0),
-    "tf32": (8, 0),
-    "fp16": (7, 0),
-    "bf16": (8, 0),
-    "fp8": (8, 9),
-    "fp8-rowwise": (8, 9),
-}
+from ampbench.train.fp8 import require_torchao
+from ampbench.train.precisions import ARMS, PRECISIONS, Arm, CpuRule, arm_of
 
 
 @dataclass(frozen=True)
@@ -62,29 +41,32 @@ class Precision:
     support: str = "native"  # one line: why this device runs it as it does
 
     @property
+    def arm(self) -> Arm:
+        """The registry's entry for the arm that runs."""
+        return ARMS[self.name]
+
+    @property
     def autocast_dtype(self) -> torch.dtype | None:
-        return AUTOCAST_DTYPES.get(self.name)
+        return None if self.arm.autocast is None else getattr(torch, self.arm.autocast)
 
     @property
     def grad_scaler(self) -> bool:
-        return self.name == "fp16"
+        return self.arm.grad_scaler
 
     @property
     def fp8_recipe(self) -> str | None:
         """torchao's float8 recipe for the Linear layers (fp8.convert_for_fp8), else None;
         an emulated fp8 arm converts with emulate=True."""
-        return FP8_RECIPES.get(self.name)
+        return self.arm.fp8_recipe
 
     @property
     def tf32(self) -> bool:
         """TF32 for matmuls and cuDNN convolutions alike (off for every other arm)."""
-        return self.name == "tf32"
+        return self.arm.tf32
 
     @property
     def autocast_dtype_name(self) -> str | None:
-        return (
-            None if self.autocast_dtype is None else str(self.autocast_dtype).removeprefix("torch.")
-        )
+        return self.arm.autocast
 
     @property
     def label(self) -> str:
@@ -164,14 +146,15 @@ def cpu_capability() -> str:
     return ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in features.items())
 
 
-def _cpu_support(name: str) -> tuple[bool, str]:
-    """(native, what makes it so or what is missing) for fp16 or bf16 on this CPU."""
-    features = {f: has for f, has in cpu_native_features().items() if f.endswith(name.upper())}
+def _cpu_support(arm: Arm) -> tuple[bool, str]:
+    """(native, what makes it so or what is missing) for an arm the registry gives CPU
+    features for (fp16, bf16) on this CPU."""
+    features = {f: has for f, has in cpu_native_features().items() if f.endswith(arm.cpu_features)}
     found = [f for f, has in features.items() if has]
     if found:
         return True, f"native: {' and '.join(found)} on {cpu_name()}"
     if not features:
-        return False, f"{cpu_name()} has no native {name} math"
+        return False, f"{cpu_name()} has no native {arm.name} math"
     return False, f"{cpu_name()} has no {' or '.join(features)}"
 
 
@@ -183,69 +166,75 @@ def resolve(requested: str, device: torch.device, allow_emulated: bool = False) 
         raise AmpbenchError(f"--precision: '{requested}' is not one of {', '.join(PRECISIONS)}")
     if device.type == "cuda":
         return _resolve_cuda(requested, device, allow_emulated)
-    if requested in FP8_PRECISIONS:
-        return _resolve_cpu_fp8(requested, device, allow_emulated)
-    name = "bf16" if requested == "amp" else requested
-    if name == "tf32":
+    arm = arm_of(requested, device.type)
+    if arm.cpu is CpuRule.EMULATED:
+        return _resolve_cpu_fp8(requested, arm, device, allow_emulated)
+    if arm.cpu is CpuRule.CUDA_ONLY:
         raise AmpbenchError(
-            f"--precision {requested}: TF32 is a CUDA tensor-core mode; this run is on "
+            f"--precision {requested}: {arm.label} is a CUDA tensor-core mode; this run is on "
             f"{device.type} (on a CPU use fp32, bf16 or amp)"
         )
-    if name == "fp32":
-        return Precision(requested, name, device.type)
-    native, support = _cpu_support(name)
+    if arm.cpu is CpuRule.NATIVE:
+        return Precision(requested, arm.name, device.type)
+    native, support = _cpu_support(arm)
     if native:
-        return Precision(requested, name, device.type, support=support)
+        return Precision(requested, arm.name, device.type, support=support)
     if not allow_emulated:
         raise AmpbenchError(
-            f"--precision {requested}: {support}, so {name} autocast would run slow emulation "
-            "kernels and measure nothing of mixed precision; run on a GPU or a CPU with it, or "
-            "pass --allow-emulated to measure the emulation (labelled emulated)"
+            f"--precision {requested}: {support}, so {arm.name} autocast would run slow "
+            "emulation kernels and measure nothing of mixed precision; run on a GPU or a CPU "
+            "with it, or pass --allow-emulated to measure the emulation (labelled emulated)"
         )
-    return Precision(requested, name, device.type, True, f"EMULATED: {support}")
+    return Precision(requested, arm.name, device.type, True, f"EMULATED: {support}")
 
 
-def _fp8_detail(name: str, torchao: str) -> str:
-    return f"torchao {torchao} float8 {FP8_RECIPES[name]} on the Linear layers, bf16 autocast"
+def _fp8_detail(arm: Arm, torchao: str) -> str:
+    return f"torchao {torchao} float8 {arm.fp8_recipe} on the Linear layers, bf16 autocast"
 
 
-def _resolve_cpu_fp8(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
+def _resolve_cpu_fp8(
+    requested: str, arm: Arm, device: torch.device, allow_emulated: bool
+) -> Precision:
     torchao = require_torchao(requested)
-    missing = f"{cpu_name()} has no FP8 matmul (float8 training needs CUDA compute capability 8.9+)"
+    needed = arm.cuda_capability
+    missing = (
+        f"{cpu_name()} has no FP8 matmul (float8 training needs CUDA compute capability "
+        f"{needed[0]}.{needed[1]}+)"
+    )
     if not allow_emulated:
         raise AmpbenchError(
             f"--precision {requested}: {missing}; pass --allow-emulated to run its numerics "
             "with fp32 matmuls (labelled emulated)"
         )
-    support = f"EMULATED: {missing}; {_fp8_detail(requested, torchao)}, fp32 matmuls"
-    return Precision(requested, requested, device.type, True, support)
+    support = f"EMULATED: {missing}; {_fp8_detail(arm, torchao)}, fp32 matmuls"
+    return Precision(requested, arm.name, device.type, True, support)
 
 
 def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
-    name = "fp16" if requested == "amp" else requested
-    fp8 = name in FP8_PRECISIONS
+    arm = arm_of(requested, device.type)
+    fp8 = arm.fp8_recipe is not None
     torchao = require_torchao(requested) if fp8 else ""
     capability = torch.cuda.get_device_capability(device)
     gpu = torch.cuda.get_device_name(device)
-    needed = CUDA_NATIVE[name]
+    needed = arm.cuda_capability
     if capability >= needed:
-        detail = f" ({_fp8_detail(name, torchao)})" if fp8 else ""
+        detail = f" ({_fp8_detail(arm, torchao)})" if fp8 else ""
         support = f"native: {gpu}, compute capability {capability[0]}.{capability[1]}{detail}"
-        return Precision(requested, name, device.type, support=support)
-    kind = "FP8" if fp8 else name
+        return Precision(requested, arm.name, device.type, support=support)
+    kind = "FP8" if fp8 else arm.name
     missing = (
         f"{gpu} (compute capability {capability[0]}.{capability[1]}) has no {kind} tensor "
         f"cores (needs {needed[0]}.{needed[1]} or newer)"
     )
-    if name == "tf32":  # TF32 is a mode of the tensor cores: without them there is no TF32 at all
+    if not arm.emulable:
         raise AmpbenchError(f"--precision {requested}: {missing}")
     if not allow_emulated:
         raise AmpbenchError(
             f"--precision {requested}: {missing}, so it would run emulated and measure nothing "
             "of mixed precision; pass --allow-emulated to measure it anyway (labelled emulated)"
         )
-    detail = f"; {_fp8_detail(name, torchao)}, fp32 matmuls" if fp8 else ""
-    return Precision(requested, name, device.type, True, f"EMULATED: {missing}{detail}")
+    detail = f"; {_fp8_detail(arm, torchao)}, fp32 matmuls" if fp8 else ""
+    return Precision(requested, arm.name, device.type, True, f"EMULATED: {missing}{detail}")
 
 
 @contextmanager
