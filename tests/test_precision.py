@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -328,14 +328,125 @@ def test_tf32_without_tensor_cores_is_refused_even_with_emulation(gpu: FakeGpu) 
         resolve("tf32", gpu((7, 5)), allow_emulated=True)
 
 
-def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(gpu: FakeGpu) -> None:
+# The TF32 switches math_mode sets: torch 2.9's fp32_precision settings (an operation's "none"
+# falls back to its backend's, then to the global one; torch reads it as that) and the legacy
+# flags.
+SWITCHES = {
+    "global": torch.backends,
+    "cudnn": torch.backends.cudnn,
+    "mkldnn": torch.backends.mkldnn,
+    "cuda.matmul": torch.backends.cuda.matmul,
+    "cudnn.conv": torch.backends.cudnn.conv,
+    "cudnn.rnn": torch.backends.cudnn.rnn,
+    "mkldnn.matmul": torch.backends.mkldnn.matmul,
+}
+
+
+def fp32_precisions() -> dict[str, str]:
+    return {name: switch.fp32_precision for name, switch in SWITCHES.items()}
+
+
+@pytest.fixture
+def tf32_switches() -> Iterator[None]:
+    """Puts back every TF32 switch a test sets: this process's torch is shared by the tests."""
+    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    saved = fp32_precisions()
+    yield
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = cudnn
+    for name, value in saved.items():  # global, then backends, then operations
+        SWITCHES[name].fp32_precision = value
+    assert fp32_precisions() == saved
+
+
+def tf32_is(allowed: bool) -> None:
+    """TF32 is on (or off) for matmuls and cuDNN, through both APIs: a legacy read raises where
+    the two disagree."""
+    expected = "tf32" if allowed else "ieee"
+    for name in ("cuda.matmul", "cudnn.conv", "cudnn.rnn"):
+        assert SWITCHES[name].fp32_precision == expected, name
+    assert torch.backends.cuda.matmul.allow_tf32 is allowed
+    assert torch.backends.cudnn.allow_tf32 is allowed
+
+
+def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(
+    gpu: FakeGpu, tf32_switches: None
+) -> None:
     hopper = gpu((9, 0))
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    precisions = fp32_precisions()
     for name, expected in (("fp32", False), ("tf32", True), ("bf16", False)):
         with math_mode(resolve(name, hopper)):
-            assert torch.backends.cuda.matmul.allow_tf32 is expected, name
-            assert torch.backends.cudnn.allow_tf32 is expected, name
+            tf32_is(expected)
+            assert torch.get_float32_matmul_precision() == ("high" if expected else "highest")
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+        assert fp32_precisions() == precisions
+
+
+def test_math_mode_turns_tf32_off_after_the_new_api_turned_it_on(tf32_switches: None) -> None:
+    """The new API alone leaves the legacy flags behind (reading them then raises), and cuDNN's
+    legacy flag alone leaves conv to a cudnn-wide "tf32": the fp32 arm must be strict anyway."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.fp32_precision = "tf32"
+    precisions = fp32_precisions()
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        _ = torch.backends.cuda.matmul.allow_tf32
+    with math_mode(Precision("fp32", "fp32", "cuda")):
+        tf32_is(False)
+        assert torch.get_float32_matmul_precision() == "highest"
+    assert fp32_precisions() == precisions
+
+
+def test_cudnn_tf32_is_off_where_only_the_cudnn_wide_setting_was_tf32(tf32_switches: None) -> None:
+    torch.backends.cudnn.fp32_precision = "tf32"
+    torch.backends.cudnn.allow_tf32 = False  # the legacy flag alone sets conv and rnn "none",
+    precisions = fp32_precisions()
+    assert precisions["cudnn.conv"] == "tf32"  # which falls back to the cudnn-wide "tf32"
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        _ = torch.backends.cudnn.allow_tf32
+    with math_mode(Precision("fp32", "fp32", "cuda")):
+        tf32_is(False)
+    assert fp32_precisions() == precisions
+
+
+def test_math_mode_puts_back_a_medium_matmul_precision(tf32_switches: None) -> None:
+    """torch.set_float32_matmul_precision("medium") also sets oneDNN's matmul to bf16."""
+    torch.set_float32_matmul_precision("medium")
+    precisions = fp32_precisions()
+    for name in ("fp32", "tf32"):
+        with math_mode(Precision(name, name, "cuda")):
+            tf32_is(name == "tf32")
+        assert torch.get_float32_matmul_precision() == "medium"
+        assert fp32_precisions() == precisions
+
+
+def test_math_mode_on_a_torch_without_fp32_precision_sets_the_legacy_flags(
+    monkeypatch: pytest.MonkeyPatch, tf32_switches: None
+) -> None:
+    monkeypatch.setattr(precision_module, "_fp32_precision_switches", lambda: {})
+    torch.backends.cudnn.allow_tf32 = False
+    with math_mode(Precision("tf32", "tf32", "cuda")):
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is False
+
+
+@pytest.mark.parametrize("name", ["fp32", "tf32"])
+def test_math_mode_refuses_to_run_where_the_switches_did_not_take(
+    name: str, monkeypatch: pytest.MonkeyPatch, tf32_switches: None
+) -> None:
+    """As ROCm ignores allow_tf32 = True unless HIPBLASLT_ALLOW_TF32=1: the arm would be
+    measured under a label it does not run."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # a legacy read of it now raises
+    monkeypatch.setattr(precision_module, "_set_tf32", lambda allowed: None)
+    state = fp32_precisions()
+    with (
+        pytest.raises(AmpbenchError, match=f"^TF32 {'on' if name == 'tf32' else 'off'} did not"),
+        math_mode(Precision(name, name, "cuda")),
+    ):
+        pass
+    assert fp32_precisions() == state
 
 
 def test_unknown_precision_is_an_error() -> None:

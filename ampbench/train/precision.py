@@ -1,14 +1,8 @@
-"""What each --precision means on the device at hand, settled before any data is read.
+"""What each --precision means on the device at hand, settled before any data is read: its
+registry entry (precisions.py) resolved against the device, and the TF32 switches (math_mode).
 
-fp32   strict FP32: TF32 off for matmuls and for cuDNN convolutions (cuDNN allows TF32 by
-       default, which would quietly make an "FP32" baseline TF32 on Ampere and newer GPUs)
-tf32   FP32 storage with TF32 tensor-core math allowed (CUDA, compute capability 8.0+)
-fp16   autocast float16 + GradScaler (CUDA 7.0+ tensor cores; CPUs with AVX512_FP16 or AMX-FP16)
-bf16   autocast bfloat16, no scaler (CUDA 8.0+; CPUs with AVX512_BF16 or AMX-BF16)
-amp    what the device runs natively: fp16 on CUDA, bf16 on a CPU
-fp8    float8 training of the nn.Linear layers (torchao, tensorwise scales: fp8.py), the rest
-       of the model under bf16 autocast, no scaler (CUDA 8.9+: FP8 tensor cores, Ada and newer)
-fp8-rowwise  the same with torchao's rowwise recipe (a scale per row)
+fp32 is strict: TF32 off for matmuls and for cuDNN convolutions (cuDNN allows TF32 by default,
+which would quietly make an "FP32" baseline TF32 on Ampere and newer GPUs).
 
 A precision is measured only where the device has native math for it: elsewhere autocast runs
 emulation or fallback kernels (bf16 on a CPU without AVX512_BF16 is 3-8x *slower* than fp32)
@@ -19,10 +13,11 @@ device and what it lacks, unless --allow-emulated asks for it; then it is labell
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -30,6 +25,8 @@ from ampbench.errors import AmpbenchError
 from ampbench.results import PrecisionRecord
 from ampbench.train.fp8 import require_torchao
 from ampbench.train.precisions import ARMS, PRECISIONS, Arm, CpuRule, arm_of
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -237,13 +234,73 @@ def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) ->
     return Precision(requested, arm.name, device.type, True, f"EMULATED: {missing}{detail}")
 
 
+# -- TF32 switches ------------------------------------------------------------------------------
+# torch 2.9 added per-backend fp32_precision settings beside the legacy allow_tf32 flags, as
+# separate state: where the two disagree, every legacy reader (allow_tf32, Inductor) raises, and
+# cuDNN's legacy setter leaves conv at "none", which falls back to a cudnn-wide "tf32". So both
+# are set: the legacy flags first, then each operation's fp32_precision explicitly.
+def _fp32_precision_switches() -> dict[str, Any]:
+    """The per-operation fp32_precision settings TF32 depends on; none before torch 2.9."""
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        return {}
+    return {
+        "cuda.matmul": torch.backends.cuda.matmul,
+        "cudnn.conv": torch.backends.cudnn.conv,
+        "cudnn.rnn": torch.backends.cudnn.rnn,
+    }
+
+
+def _saved_switches() -> dict[str, Any]:
+    """Those a restore touches: torch.set_float32_matmul_precision also sets oneDNN's matmul."""
+    switches = _fp32_precision_switches()
+    return {**switches, "mkldnn.matmul": torch.backends.mkldnn.matmul} if switches else {}
+
+
+def _legacy(read: Callable[[], T]) -> T | None:
+    """A legacy setting, or None where torch refuses to read it: the APIs were mixed before."""
+    try:
+        return read()
+    except RuntimeError:
+        return None
+
+
+def _set_tf32(allowed: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    torch.backends.cudnn.allow_tf32 = allowed
+    for switch in _fp32_precision_switches().values():
+        switch.fp32_precision = "tf32" if allowed else "ieee"
+
+
+def _check_tf32(allowed: bool) -> None:
+    """Read back through both APIs; a legacy read raises where the two disagree."""
+    seen = {name: s.fp32_precision for name, s in _fp32_precision_switches().items()}
+    expected = {name: "tf32" if allowed else "ieee" for name in seen}
+    try:
+        seen["cuda.matmul.allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+        seen["cudnn.allow_tf32"] = torch.backends.cudnn.allow_tf32
+    except RuntimeError as error:
+        raise AmpbenchError(f"TF32 {'on' if allowed else 'off'} did not take: {error}") from error
+    expected |= {"cuda.matmul.allow_tf32": allowed, "cudnn.allow_tf32": allowed}
+    if seen != expected:
+        raise AmpbenchError(f"TF32 {'on' if allowed else 'off'} did not take: torch has {seen}")
+
+
 @contextmanager
 def math_mode(precision: Precision) -> Iterator[None]:
-    """Set the TF32 switches for the run, and put back what was there before."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = precision.tf32
-    torch.backends.cudnn.allow_tf32 = precision.tf32
+    """Set the TF32 switches for the run, check that they took, and put back what was there."""
+    matmul = _legacy(torch.get_float32_matmul_precision)
+    cudnn = _legacy(lambda: torch.backends.cudnn.allow_tf32)
+    # torch reads an operation's "none" as the setting it falls back to: that is what returns.
+    saved = {name: s.fp32_precision for name, s in _saved_switches().items()}
+    _set_tf32(precision.tf32)
     try:
+        _check_tf32(precision.tf32)
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        if matmul is not None:
+            torch.set_float32_matmul_precision(matmul)
+        if cudnn is not None:
+            torch.backends.cudnn.allow_tf32 = cudnn
+        switches = _saved_switches()
+        for name, value in saved.items():
+            switches[name].fp32_precision = value
