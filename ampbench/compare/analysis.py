@@ -31,12 +31,13 @@ from ampbench.results import (
     ScalingRow,
     TimeSpent,
 )
-from ampbench.train.precisions import ALIASES, ARMS
+from ampbench.train.precisions import ALIASES, AMP_PRECISION, ARMS, BASELINE_PRECISION
 
 # The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
+PUBLISHED_ARMS = (BASELINE_PRECISION, AMP_PRECISION)
 PUBLISHED = {
-    "fp32": {"accuracy": 0.7114, "peak_memory_mb": 3219.65, "train_time_s": 309.41},
-    "amp": {"accuracy": 0.6969, "peak_memory_mb": 1916.57, "train_time_s": 252.56},
+    BASELINE_PRECISION: {"accuracy": 0.7114, "peak_memory_mb": 3219.65, "train_time_s": 309.41},
+    AMP_PRECISION: {"accuracy": 0.6969, "peak_memory_mb": 1916.57, "train_time_s": 252.56},
 }
 PUBLISHED_SETUP: dict[str, Callable[[ArmResults], object]] = {
     "model": lambda r: r.model,
@@ -368,10 +369,11 @@ def published_differences(
         for key, value_of in PUBLISHED_SETUP.items()
         if value_of(run) != PUBLISHED_VALUES[key]
     ]
+    published = " and ".join(PUBLISHED_ARMS)
     if arm_count > 2:
-        found.append(f"a matrix of {arm_count} arms (published: fp32 and amp)")
-    elif (baseline, headline) != ("fp32", "amp"):
-        found.append(f"arms {baseline} and {headline} (published: fp32 and amp)")
+        found.append(f"a matrix of {arm_count} arms (published: {published})")
+    elif (baseline, headline) != PUBLISHED_ARMS:
+        found.append(f"arms {baseline} and {headline} (published: {published})")
     return found
 
 
@@ -441,7 +443,7 @@ def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_cha
 
 
 def compare_runs(
-    runs: Sequence[ArmResults], baseline: str = "fp32", allow_mismatch: bool = False
+    runs: Sequence[ArmResults], baseline: str = BASELINE_PRECISION, allow_mismatch: bool = False
 ) -> Comparison:
     """An experiment matrix's runs (any models, batch sizes, precisions and seeds), each arm
     named by arm_label and compared within its (model, batch size) group."""
@@ -473,7 +475,7 @@ def compare_runs(
 
 def compare_arms(
     arms: Mapping[str, Sequence[ArmResults]],
-    baseline: str = "fp32",
+    baseline: str = BASELINE_PRECISION,
     allow_mismatch: bool = False,
     group_by: Sequence[str] = (),
 ) -> Comparison:

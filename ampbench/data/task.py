@@ -11,6 +11,7 @@ from ampbench.cluster import check_tracking_server
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.logs import setup_logging
 from ampbench.matrix import check_matrix
+from ampbench.train import BASELINE_PRECISION
 from ampbench.train.config import TrainConfig, check_against_dataset, processes_per_arm
 
 
@@ -20,7 +21,7 @@ class TrainingPlan:
     Each task runs gpu_count x num_nodes processes (at least 1 each) of the arm's batch."""
 
     runs: list[Any] = field(default_factory=list)
-    baseline_precision: str = "fp32"
+    baseline_precision: str = BASELINE_PRECISION
     image_size: int = 0
     epochs: int = 0
     lr: float = 0.0
