@@ -423,7 +423,7 @@ def test_math_mode_puts_back_a_medium_matmul_precision(tf32_switches: None) -> N
 def test_math_mode_on_a_torch_without_fp32_precision_sets_the_legacy_flags(
     monkeypatch: pytest.MonkeyPatch, tf32_switches: None
 ) -> None:
-    monkeypatch.setattr(precision_module, "_fp32_precision_switches", lambda: {})
+    monkeypatch.setattr(precision_module, "_fp32_precision_switches", lambda *names: {})
     torch.backends.cudnn.allow_tf32 = False
     with math_mode(Precision("tf32", "tf32", "cuda")):
         assert torch.backends.cuda.matmul.allow_tf32 is True
@@ -438,15 +438,30 @@ def test_math_mode_refuses_to_run_where_the_switches_did_not_take(
 ) -> None:
     """As ROCm ignores allow_tf32 = True unless HIPBLASLT_ALLOW_TF32=1: the arm would be
     measured under a label it does not run."""
-    torch.backends.cuda.matmul.fp32_precision = "tf32"  # a legacy read of it now raises
     monkeypatch.setattr(precision_module, "_set_tf32", lambda allowed: None)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = torch.backends.cudnn.rnn.fp32_precision = "tf32"
     state = fp32_precisions()
+    with pytest.raises(AmpbenchError) as refused, math_mode(Precision(name, name, "cuda")):
+        pass
+    assert str(refused.value) == (
+        f"TF32 {'on' if name == 'tf32' else 'off'} did not take: torch has {{'cuda.matmul': "
+        "'ieee', 'cudnn.conv': 'tf32', 'cudnn.rnn': 'tf32', 'cuda.matmul.allow_tf32': False, "
+        "'cudnn.allow_tf32': True}"
+    )
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # a legacy read of it now raises
     with (
-        pytest.raises(AmpbenchError, match=f"^TF32 {'on' if name == 'tf32' else 'off'} did not"),
+        pytest.raises(
+            AmpbenchError,
+            match=f"^TF32 {'on' if name == 'tf32' else 'off'} did not "
+            "take: PyTorch is checking whether allow_tf32_new is enabled",
+        ),
         math_mode(Precision(name, name, "cuda")),
     ):
         pass
-    assert fp32_precisions() == state
+    assert fp32_precisions() == state | {"cuda.matmul": "tf32"}
 
 
 def test_unknown_precision_is_an_error() -> None:

@@ -16,6 +16,7 @@ import platform
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -239,21 +240,18 @@ def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) ->
 # separate state: where the two disagree, every legacy reader (allow_tf32, Inductor) raises, and
 # cuDNN's legacy setter leaves conv at "none", which falls back to a cudnn-wide "tf32". So both
 # are set: the legacy flags first, then each operation's fp32_precision explicitly.
-def _fp32_precision_switches() -> dict[str, Any]:
-    """The per-operation fp32_precision settings TF32 depends on; none before torch 2.9."""
+
+# torch.backends' fp32_precision settings TF32 depends on; a restore also puts back oneDNN's
+# matmul, which torch.set_float32_matmul_precision changes.
+_TF32_SWITCHES = ("cuda.matmul", "cudnn.conv", "cudnn.rnn")
+_SAVED_SWITCHES = (*_TF32_SWITCHES, "mkldnn.matmul")
+
+
+def _fp32_precision_switches(names: tuple[str, ...] = _TF32_SWITCHES) -> dict[str, Any]:
+    """Those settings by name; none before torch 2.9, which has only the legacy flags."""
     if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
         return {}
-    return {
-        "cuda.matmul": torch.backends.cuda.matmul,
-        "cudnn.conv": torch.backends.cudnn.conv,
-        "cudnn.rnn": torch.backends.cudnn.rnn,
-    }
-
-
-def _saved_switches() -> dict[str, Any]:
-    """Those a restore touches: torch.set_float32_matmul_precision also sets oneDNN's matmul."""
-    switches = _fp32_precision_switches()
-    return {**switches, "mkldnn.matmul": torch.backends.mkldnn.matmul} if switches else {}
+    return {name: attrgetter(name)(torch.backends) for name in names}
 
 
 def _legacy(read: Callable[[], T]) -> T | None:
@@ -291,7 +289,9 @@ def math_mode(precision: Precision) -> Iterator[None]:
     matmul = _legacy(torch.get_float32_matmul_precision)
     cudnn = _legacy(lambda: torch.backends.cudnn.allow_tf32)
     # torch reads an operation's "none" as the setting it falls back to: that is what returns.
-    saved = {name: s.fp32_precision for name, s in _saved_switches().items()}
+    saved = {
+        name: s.fp32_precision for name, s in _fp32_precision_switches(_SAVED_SWITCHES).items()
+    }
     _set_tf32(precision.tf32)
     try:
         _check_tf32(precision.tf32)
@@ -301,6 +301,6 @@ def math_mode(precision: Precision) -> Iterator[None]:
             torch.set_float32_matmul_precision(matmul)
         if cudnn is not None:
             torch.backends.cudnn.allow_tf32 = cudnn
-        switches = _saved_switches()
+        switches = _fp32_precision_switches(_SAVED_SWITCHES)
         for name, value in saved.items():
             switches[name].fp32_precision = value
