@@ -722,6 +722,27 @@ def test_every_precision_has_a_label_for_the_verdict(requested: str) -> None:
         assert label and label.endswith("emulated)") == emulated
 
 
+@pytest.mark.parametrize(
+    ("requested", "resolved", "label"),
+    [
+        ("fp32", "fp32", "strict FP32"),
+        ("tf32", "tf32", "TF32"),
+        ("fp16", "fp16", "fp16 autocast"),
+        ("bf16", "bf16", "bf16 autocast (emulated)"),
+        ("amp", "fp16", "AMP (fp16)"),
+        ("amp", "bf16", "AMP (bf16, emulated)"),
+        ("fp8", "fp8", "FP8 training (tensorwise scales)"),
+        ("fp8-rowwise", "fp8-rowwise", "FP8 training (rowwise scales) (emulated)"),
+    ],
+)
+def test_the_verdict_names_each_precision_as_the_registry_does(
+    requested: str, resolved: str, label: str
+) -> None:
+    emulated = label.endswith("emulated)")
+    record = PrecisionRecord(requested, resolved, None, False, False, emulated, "test")
+    assert precision_label(record) == label
+
+
 def scaled_run(precision: str, world: int, seed: int, time_s: float) -> ArmResults:
     """A ResNet-18 run of batch 128 per process in `world` processes: world x 2 x IMAGES
     images in time_s."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import nullcontext
 
 import pytest
@@ -10,12 +11,14 @@ from torch import nn
 
 from ampbench.train.flops import (
     GPU_PEAKS,
+    Peaks,
     achieved_tflops,
     gpu_model,
     mfu,
     peak_tflops,
     train_step_flops,
 )
+from ampbench.train.precisions import ARMS
 
 B = 8  # batch
 
@@ -131,6 +134,18 @@ def test_attention_on_a_cpu_counts_as_its_matmuls() -> None:
 )
 def test_peaks_of_known_gpus(device_name: str, precision: str, peak: float) -> None:
     assert peak_tflops("cuda", device_name, precision) == pytest.approx(peak)
+
+
+def test_every_arm_has_its_peak() -> None:
+    """Each arm divides by its own datasheet figure: both FP8 recipes by the FP8 one."""
+    h100 = {
+        "fp32": 67, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979,
+        "fp8-rowwise": 1979,
+    }  # fmt: skip
+    assert set(h100) == set(ARMS)
+    for precision, peak in h100.items():
+        assert peak_tflops("cuda", "NVIDIA H100 80GB HBM3", precision) == peak, precision
+    assert {arm.peak for arm in ARMS.values()} <= {f.name for f in dataclasses.fields(Peaks)}
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,9 @@ the boundaries of CUDA compute capability (the fast tests `make mutation` runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 from ampbench import schema
 from ampbench.errors import AmpbenchError
-from ampbench.train import PRECISIONS
+from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, FP8_PRECISIONS, PRECISIONS
 from ampbench.train import fp8 as fp8_module
 from ampbench.train import precision as precision_module
 from ampbench.train.config import TrainConfig
@@ -25,6 +27,7 @@ from ampbench.train.precision import (
     math_mode,
     resolve,
 )
+from ampbench.train.precisions import ALIASES, ARMS, CpuRule
 
 CPU = torch.device("cpu")
 CPUINFO_X86 = [
@@ -325,14 +328,140 @@ def test_tf32_without_tensor_cores_is_refused_even_with_emulation(gpu: FakeGpu) 
         resolve("tf32", gpu((7, 5)), allow_emulated=True)
 
 
-def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(gpu: FakeGpu) -> None:
+# The TF32 switches math_mode sets: torch 2.9's fp32_precision settings (an operation's "none"
+# falls back to its backend's, then to the global one; torch reads it as that) and the legacy
+# flags.
+SWITCHES = {
+    "global": torch.backends,
+    "cudnn": torch.backends.cudnn,
+    "mkldnn": torch.backends.mkldnn,
+    "cuda.matmul": torch.backends.cuda.matmul,
+    "cudnn.conv": torch.backends.cudnn.conv,
+    "cudnn.rnn": torch.backends.cudnn.rnn,
+    "mkldnn.matmul": torch.backends.mkldnn.matmul,
+}
+
+
+def fp32_precisions() -> dict[str, str]:
+    return {name: switch.fp32_precision for name, switch in SWITCHES.items()}
+
+
+@pytest.fixture
+def tf32_switches() -> Iterator[None]:
+    """Puts back every TF32 switch a test sets: this process's torch is shared by the tests."""
+    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    saved = fp32_precisions()
+    yield
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = cudnn
+    for name, value in saved.items():  # global, then backends, then operations
+        SWITCHES[name].fp32_precision = value
+    assert fp32_precisions() == saved
+
+
+def tf32_is(allowed: bool) -> None:
+    """TF32 is on (or off) for matmuls and cuDNN, through both APIs: a legacy read raises where
+    the two disagree."""
+    expected = "tf32" if allowed else "ieee"
+    for name in ("cuda.matmul", "cudnn.conv", "cudnn.rnn"):
+        assert SWITCHES[name].fp32_precision == expected, name
+    assert torch.backends.cuda.matmul.allow_tf32 is allowed
+    assert torch.backends.cudnn.allow_tf32 is allowed
+
+
+def test_math_mode_sets_tf32_only_for_the_tf32_arm_and_puts_it_back(
+    gpu: FakeGpu, tf32_switches: None
+) -> None:
     hopper = gpu((9, 0))
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    precisions = fp32_precisions()
     for name, expected in (("fp32", False), ("tf32", True), ("bf16", False)):
         with math_mode(resolve(name, hopper)):
-            assert torch.backends.cuda.matmul.allow_tf32 is expected, name
-            assert torch.backends.cudnn.allow_tf32 is expected, name
+            tf32_is(expected)
+            assert torch.get_float32_matmul_precision() == ("high" if expected else "highest")
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+        assert fp32_precisions() == precisions
+
+
+def test_math_mode_turns_tf32_off_after_the_new_api_turned_it_on(tf32_switches: None) -> None:
+    """The new API alone leaves the legacy flags behind (reading them then raises), and cuDNN's
+    legacy flag alone leaves conv to a cudnn-wide "tf32": the fp32 arm must be strict anyway."""
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.fp32_precision = "tf32"
+    precisions = fp32_precisions()
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        _ = torch.backends.cuda.matmul.allow_tf32
+    with math_mode(Precision("fp32", "fp32", "cuda")):
+        tf32_is(False)
+        assert torch.get_float32_matmul_precision() == "highest"
+    assert fp32_precisions() == precisions
+
+
+def test_cudnn_tf32_is_off_where_only_the_cudnn_wide_setting_was_tf32(tf32_switches: None) -> None:
+    torch.backends.cudnn.fp32_precision = "tf32"
+    torch.backends.cudnn.allow_tf32 = False  # the legacy flag alone sets conv and rnn "none",
+    precisions = fp32_precisions()
+    assert precisions["cudnn.conv"] == "tf32"  # which falls back to the cudnn-wide "tf32"
+    with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+        _ = torch.backends.cudnn.allow_tf32
+    with math_mode(Precision("fp32", "fp32", "cuda")):
+        tf32_is(False)
+    assert fp32_precisions() == precisions
+
+
+def test_math_mode_puts_back_a_medium_matmul_precision(tf32_switches: None) -> None:
+    """torch.set_float32_matmul_precision("medium") also sets oneDNN's matmul to bf16."""
+    torch.set_float32_matmul_precision("medium")
+    precisions = fp32_precisions()
+    for name in ("fp32", "tf32"):
+        with math_mode(Precision(name, name, "cuda")):
+            tf32_is(name == "tf32")
+        assert torch.get_float32_matmul_precision() == "medium"
+        assert fp32_precisions() == precisions
+
+
+def test_math_mode_on_a_torch_without_fp32_precision_sets_the_legacy_flags(
+    monkeypatch: pytest.MonkeyPatch, tf32_switches: None
+) -> None:
+    monkeypatch.setattr(precision_module, "_fp32_precision_switches", lambda *names: {})
+    torch.backends.cudnn.allow_tf32 = False
+    with math_mode(Precision("tf32", "tf32", "cuda")):
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is False
+
+
+@pytest.mark.parametrize("name", ["fp32", "tf32"])
+def test_math_mode_refuses_to_run_where_the_switches_did_not_take(
+    name: str, monkeypatch: pytest.MonkeyPatch, tf32_switches: None
+) -> None:
+    """As ROCm ignores allow_tf32 = True unless HIPBLASLT_ALLOW_TF32=1: the arm would be
+    measured under a label it does not run."""
+    monkeypatch.setattr(precision_module, "_set_tf32", lambda allowed: None)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = torch.backends.cudnn.rnn.fp32_precision = "tf32"
+    state = fp32_precisions()
+    with pytest.raises(AmpbenchError) as refused, math_mode(Precision(name, name, "cuda")):
+        pass
+    assert str(refused.value) == (
+        f"TF32 {'on' if name == 'tf32' else 'off'} did not take: torch has {{'cuda.matmul': "
+        "'ieee', 'cudnn.conv': 'tf32', 'cudnn.rnn': 'tf32', 'cuda.matmul.allow_tf32': False, "
+        "'cudnn.allow_tf32': True}"
+    )
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # a legacy read of it now raises
+    with (
+        pytest.raises(
+            AmpbenchError,
+            match=f"^TF32 {'on' if name == 'tf32' else 'off'} did not "
+            "take: PyTorch is checking whether allow_tf32_new is enabled",
+        ),
+        math_mode(Precision(name, name, "cuda")),
+    ):
+        pass
+    assert fp32_precisions() == state | {"cuda.matmul": "tf32"}
 
 
 def test_unknown_precision_is_an_error() -> None:
@@ -434,3 +563,77 @@ def test_without_torchao_only_the_fp8_arms_are_refused(
             f"--precision {requested}: float8 training needs torchao, which is not installed "
             "(pip install 'ampbench[fp8]')"
         )
+
+
+# -- the registry, as each reader uses it -------------------------------------------------------
+def test_the_registry_lists_the_precisions_in_the_command_lines_order() -> None:
+    assert PRECISIONS == ("fp32", "tf32", "fp16", "bf16", "amp", "fp8", "fp8-rowwise")
+    assert FP8_PRECISIONS == ("fp8", "fp8-rowwise")
+    assert (BASELINE_PRECISION, AMP_PRECISION) == ("fp32", "amp")
+    assert set(ARMS) | set(ALIASES) == set(PRECISIONS)
+    assert {alias.on("cuda") for alias in ALIASES.values()} <= set(ARMS)
+    assert {alias.on("cpu") for alias in ALIASES.values()} <= set(ARMS)
+    for arm in ARMS.values():  # CPU features name only the arms whose CPU rule reads them
+        assert bool(arm.cpu_features) == (arm.cpu is CpuRule.FEATURES), arm.name
+
+
+def test_the_registry_imports_no_torch() -> None:
+    """The command line lists the names without waiting for torch."""
+    code = (
+        "import sys\n"
+        "from ampbench.train.precisions import PRECISIONS, arm_of\n"
+        "assert arm_of('amp', 'cuda').name == 'fp16' and arm_of('amp', 'cpu').name == 'bf16'\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+CAPABILITIES = {
+    "fp32": (0, 0), "tf32": (8, 0), "fp16": (7, 0), "bf16": (8, 0), "fp8": (8, 9),
+    "fp8-rowwise": (8, 9),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ARMS))
+def test_each_arm_is_native_from_its_compute_capability_and_not_below(
+    name: str, gpu: FakeGpu
+) -> None:
+    assert set(CAPABILITIES) == set(ARMS)
+    major, minor = needed = CAPABILITIES[name]
+    assert not resolve(name, gpu(needed)).emulated
+    if needed == (0, 0):
+        return
+    below = (major, minor - 1) if minor else (major - 1, 9)
+    with pytest.raises(AmpbenchError, match=rf"needs {major}\.{minor} or newer"):
+        resolve(name, gpu(below))
+
+
+@pytest.mark.parametrize(
+    ("requested", "with_features", "without"),
+    [
+        ("fp32", "native", "native"),
+        ("tf32", "refused", "refused"),
+        ("fp16", "native: AMX-FP16 on Test Xeon", "EMULATED: Test Xeon has no AVX512_FP16 or"),
+        ("bf16", "native: AVX512_BF16 on Test Xeon", "EMULATED: Test Xeon has no AVX512_BF16"),
+        ("amp", "native: AVX512_BF16 on Test Xeon", "EMULATED: Test Xeon has no AVX512_BF16"),
+        ("fp8", "EMULATED: Test Xeon has no FP8", "EMULATED: Test Xeon has no FP8"),
+        ("fp8-rowwise", "EMULATED: Test Xeon has no FP8", "EMULATED: Test Xeon has no FP8"),
+    ],
+)
+def test_each_precisions_cpu_rule(
+    requested: str, with_features: str, without: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fp32 runs on every CPU, tf32 on none, fp16 and bf16 natively with their features, fp8
+    only emulated."""
+    for has, expected in ((True, with_features), (False, without)):
+        cpu_with(monkeypatch, bf16=has, fp16=has)
+        if expected == "refused":
+            with pytest.raises(AmpbenchError, match="is a CUDA tensor-core mode"):
+                resolve(requested, CPU, allow_emulated=True)
+            continue
+        precision = resolve(requested, CPU, allow_emulated=True)
+        assert precision.support.startswith(expected), (requested, has)
+        assert precision.emulated == expected.startswith("EMULATED")
+        if not precision.emulated:
+            assert resolve(requested, CPU) == precision  # no --allow-emulated needed

@@ -23,6 +23,7 @@ from ampbench.comparison import COMPARISON_SCHEMA_VERSION, ArmComparison, Compar
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import group_label
 from ampbench.results import ArmResults
+from ampbench.train.precisions import BASELINE_PRECISION
 
 # What every compared run must share, beside the hyperparameters.
 SHARED: dict[str, Callable[[ArmResults], object]] = {
@@ -174,7 +175,7 @@ def above_chance(run: ArmResults) -> bool:
 
 
 def compare_runs(
-    runs: Sequence[ArmResults], baseline: str = "fp32", allow_mismatch: bool = False
+    runs: Sequence[ArmResults], baseline: str = BASELINE_PRECISION, allow_mismatch: bool = False
 ) -> Comparison:
     """An experiment matrix's runs (any models, batch sizes, precisions and seeds), each arm
     named by arm_label and compared within its (model, batch size) group."""
@@ -206,7 +207,7 @@ def compare_runs(
 
 def compare_arms(
     arms: Mapping[str, Sequence[ArmResults]],
-    baseline: str = "fp32",
+    baseline: str = BASELINE_PRECISION,
     allow_mismatch: bool = False,
     group_by: Sequence[str] = (),
 ) -> Comparison:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ampbench.results import ArmResults
+from ampbench.train.precisions import AMP_PRECISION, BASELINE_PRECISION
 
 # The published experiment this project starts from (ResNet-18, CIFAR-10, 2 epochs, a GPU).
+PUBLISHED_ARMS = (BASELINE_PRECISION, AMP_PRECISION)
 PUBLISHED = {
-    "fp32": {"accuracy": 0.7114, "peak_memory_mb": 3219.65, "train_time_s": 309.41},
-    "amp": {"accuracy": 0.6969, "peak_memory_mb": 1916.57, "train_time_s": 252.56},
+    BASELINE_PRECISION: {"accuracy": 0.7114, "peak_memory_mb": 3219.65, "train_time_s": 309.41},
+    AMP_PRECISION: {"accuracy": 0.6969, "peak_memory_mb": 1916.57, "train_time_s": 252.56},
 }
 PUBLISHED_SETUP: dict[str, Callable[[ArmResults], object]] = {
     "model": lambda r: r.model,
@@ -40,8 +42,9 @@ def published_differences(
         for key, value_of in PUBLISHED_SETUP.items()
         if value_of(run) != PUBLISHED_VALUES[key]
     ]
+    published = " and ".join(PUBLISHED_ARMS)
     if arm_count > 2:
-        found.append(f"a matrix of {arm_count} arms (published: fp32 and amp)")
-    elif (baseline, headline) != ("fp32", "amp"):
-        found.append(f"arms {baseline} and {headline} (published: fp32 and amp)")
+        found.append(f"a matrix of {arm_count} arms (published: {published})")
+    elif (baseline, headline) != PUBLISHED_ARMS:
+        found.append(f"arms {baseline} and {headline} (published: {published})")
     return found

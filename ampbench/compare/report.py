@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
-from ampbench.compare.published import PUBLISHED
+from ampbench.compare.published import PUBLISHED, PUBLISHED_ARMS
 from ampbench.compare.wording import interval
 from ampbench.comparison import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
 
@@ -60,9 +60,9 @@ def render_text(comparison: Comparison) -> str:
         }
 
     lines = [results_block(published_terms(base), published_terms(arm))]
-    if (baseline, headline) != ("fp32", "amp"):
-        named = [f"FP32 is arm {baseline}"] if baseline != "fp32" else []
-        named += [f"Mixed is arm {headline}"] if headline != "amp" else []
+    if (baseline, headline) != PUBLISHED_ARMS:
+        named = [f"FP32 is arm {baseline}"] if baseline != PUBLISHED_ARMS[0] else []
+        named += [f"Mixed is arm {headline}"] if headline != PUBLISHED_ARMS[1] else []
         lines.append(f"({', '.join(named)})")
     lines += [
         "",
@@ -296,7 +296,7 @@ def published_heading(comparison: Comparison) -> str:
 
 
 def _published_block() -> str:
-    return results_block(PUBLISHED["fp32"], PUBLISHED["amp"])
+    return results_block(*(PUBLISHED[arm] for arm in PUBLISHED_ARMS))
 
 
 def _notes(comparison: Comparison) -> list[str]:

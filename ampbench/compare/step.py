@@ -23,6 +23,7 @@ from ampbench.tracking import (
     finish_parent_run,
     open_parent_run,
 )
+from ampbench.train import BASELINE_PRECISION
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def run_comparison(
     results: Sequence[Path],
     outputs: CompareOutputs,
     *,
-    baseline: str = "fp32",
+    baseline: str = BASELINE_PRECISION,
     parent_run: ParentRunOptions | None = None,
     max_accuracy_drop_pp: float | None = None,
     allow_mismatch: bool = False,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ampbench.comparison import ArmComparison, ArmSummary, Estimate
 from ampbench.results import ArmResults, PrecisionRecord
+from ampbench.train.precisions import ALIASES, ARMS
 
 
 def best_sentence(
@@ -28,19 +29,12 @@ def best_sentence(
 
 
 def precision_label(precision: PrecisionRecord) -> str:
-    """`AMP (fp16)`, `bf16 autocast (emulated)`, `strict FP32`."""
-    names = {
-        "fp32": "strict FP32",
-        "tf32": "TF32",
-        "fp16": "fp16 autocast",
-        "bf16": "bf16 autocast",
-        "fp8": "FP8 training (tensorwise scales)",
-        "fp8-rowwise": "FP8 training (rowwise scales)",
-    }
-    if precision.requested == "amp":
+    """`AMP (fp16)`, `bf16 autocast (emulated)`, `strict FP32`: the registry's labels."""
+    alias = ALIASES.get(precision.requested)
+    if alias is not None:
         detail = [precision.resolved] + (["emulated"] if precision.emulated else [])
-        return f"AMP ({', '.join(detail)})"
-    return names[precision.resolved] + (" (emulated)" if precision.emulated else "")
+        return f"{alias.label} ({', '.join(detail)})"
+    return ARMS[precision.resolved].label + (" (emulated)" if precision.emulated else "")
 
 
 def interval(estimate: Estimate | None, fmt: str, unit: str = "") -> str:

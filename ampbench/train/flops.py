@@ -28,6 +28,8 @@ from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
+from ampbench.train.precisions import ARMS
+
 
 # -- FLOPs of one training step -----------------------------------------------------------------
 def _attention_flops(
@@ -217,7 +219,6 @@ _GPU_NAMES: list[tuple[re.Pattern[str], str]] = [
         (r"t4", "T4"),
     ]
 ]
-_PEAK_FIELDS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 def gpu_model(device_name: str) -> str | None:
@@ -234,16 +235,15 @@ def gpu_model(device_name: str) -> str | None:
 
 
 def peak_tflops(device_type: str, device_name: str, precision: str) -> float | None:
-    """The dense peak TFLOP/s of this GPU for a resolved precision (fp32, tf32, fp16, bf16,
-    fp8 or fp8-rowwise: both FP8 recipes run the FP8 tensor cores), or None: a CPU, a GPU not
-    in GPU_PEAKS, or a precision the GPU has no math for (run emulated)."""
-    if device_type != "cuda":
+    """The dense peak TFLOP/s of this GPU for a resolved precision (the registry's peak key:
+    both FP8 recipes run the FP8 tensor cores), or None: a CPU, a GPU not in GPU_PEAKS, a name
+    that is no arm (amp), or a precision the GPU has no math for (run emulated)."""
+    if device_type != "cuda" or precision not in ARMS:
         return None
     model = gpu_model(device_name)
     if model is None:
         return None
-    field = "fp8" if precision.startswith("fp8") else precision
-    return getattr(GPU_PEAKS[model], field) if field in _PEAK_FIELDS else None
+    return getattr(GPU_PEAKS[model], ARMS[precision].peak)
 
 
 def achieved_tflops(flops_per_step: int, steps: int, seconds: float) -> float:

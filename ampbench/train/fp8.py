@@ -31,9 +31,9 @@ from types import ModuleType
 from torch import nn
 
 from ampbench.errors import AmpbenchError
+from ampbench.train.precisions import FP8_RECIPES
 
-# The precision each recipe is offered as, and back.
-FP8_RECIPES = {"fp8": "tensorwise", "fp8-rowwise": "rowwise"}
+# The precision each recipe is offered as (the registry maps precision to recipe).
 _PRECISION_OF = {recipe: precision for precision, recipe in FP8_RECIPES.items()}
 
 

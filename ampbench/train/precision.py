@@ -1,14 +1,8 @@
-"""What each --precision means on the device at hand, settled before any data is read.
+"""What each --precision means on the device at hand, settled before any data is read: its
+registry entry (precisions.py) resolved against the device, and the TF32 switches (math_mode).
 
-fp32   strict FP32: TF32 off for matmuls and for cuDNN convolutions (cuDNN allows TF32 by
-       default, which would quietly make an "FP32" baseline TF32 on Ampere and newer GPUs)
-tf32   FP32 storage with TF32 tensor-core math allowed (CUDA, compute capability 8.0+)
-fp16   autocast float16 + GradScaler (CUDA 7.0+ tensor cores; CPUs with AVX512_FP16 or AMX-FP16)
-bf16   autocast bfloat16, no scaler (CUDA 8.0+; CPUs with AVX512_BF16 or AMX-BF16)
-amp    what the device runs natively: fp16 on CUDA, bf16 on a CPU
-fp8    float8 training of the nn.Linear layers (torchao, tensorwise scales: fp8.py), the rest
-       of the model under bf16 autocast, no scaler (CUDA 8.9+: FP8 tensor cores, Ada and newer)
-fp8-rowwise  the same with torchao's rowwise recipe (a scale per row)
+fp32 is strict: TF32 off for matmuls and for cuDNN convolutions (cuDNN allows TF32 by default,
+which would quietly make an "FP32" baseline TF32 on Ampere and newer GPUs).
 
 A precision is measured only where the device has native math for it: elsewhere autocast runs
 emulation or fallback kernels (bf16 on a CPU without AVX512_BF16 is 3-8x *slower* than fp32)
@@ -19,38 +13,21 @@ device and what it lacks, unless --allow-emulated asks for it; then it is labell
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
 from ampbench.errors import AmpbenchError
 from ampbench.results import PrecisionRecord
-from ampbench.train import FP8_PRECISIONS, PRECISIONS
-from ampbench.train.fp8 import FP8_RECIPES, require_torchao
+from ampbench.train.fp8 import require_torchao
+from ampbench.train.precisions import ARMS, PRECISIONS, Arm, CpuRule, arm_of
 
-# The fp8 arms convert only the Linear layers to float8; everything else (convolutions,
-# normalisation, attention, the loss) runs as torchao's float8 training is used in practice:
-# in bf16 (torchao's examples train a .bfloat16() model, torchtitan a bf16 FSDP2 policy). With
-# fp32 master weights, as in every arm here, that is bf16 autocast, which Float8Linear follows
-# on CUDA (it casts its input to the autocast dtype, as F.linear would).
-AUTOCAST_DTYPES = {
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp8": torch.bfloat16,
-    "fp8-rowwise": torch.bfloat16,
-}
-# The CUDA compute capability each precision needs natively (tensor cores of that format).
-CUDA_NATIVE = {
-    "fp32": (0, 0),
-    "tf32": (8, 0),
-    "fp16": (7, 0),
-    "bf16": (8, 0),
-    "fp8": (8, 9),
-    "fp8-rowwise": (8, 9),
-}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,29 +39,32 @@ class Precision:
     support: str = "native"  # one line: why this device runs it as it does
 
     @property
+    def arm(self) -> Arm:
+        """The registry's entry for the arm that runs."""
+        return ARMS[self.name]
+
+    @property
     def autocast_dtype(self) -> torch.dtype | None:
-        return AUTOCAST_DTYPES.get(self.name)
+        return None if self.arm.autocast is None else getattr(torch, self.arm.autocast)
 
     @property
     def grad_scaler(self) -> bool:
-        return self.name == "fp16"
+        return self.arm.grad_scaler
 
     @property
     def fp8_recipe(self) -> str | None:
         """torchao's float8 recipe for the Linear layers (fp8.convert_for_fp8), else None;
         an emulated fp8 arm converts with emulate=True."""
-        return FP8_RECIPES.get(self.name)
+        return self.arm.fp8_recipe
 
     @property
     def tf32(self) -> bool:
         """TF32 for matmuls and cuDNN convolutions alike (off for every other arm)."""
-        return self.name == "tf32"
+        return self.arm.tf32
 
     @property
     def autocast_dtype_name(self) -> str | None:
-        return (
-            None if self.autocast_dtype is None else str(self.autocast_dtype).removeprefix("torch.")
-        )
+        return self.arm.autocast
 
     @property
     def label(self) -> str:
@@ -164,14 +144,15 @@ def cpu_capability() -> str:
     return ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in features.items())
 
 
-def _cpu_support(name: str) -> tuple[bool, str]:
-    """(native, what makes it so or what is missing) for fp16 or bf16 on this CPU."""
-    features = {f: has for f, has in cpu_native_features().items() if f.endswith(name.upper())}
+def _cpu_support(arm: Arm) -> tuple[bool, str]:
+    """(native, what makes it so or what is missing) for an arm the registry gives CPU
+    features for (fp16, bf16) on this CPU."""
+    features = {f: has for f, has in cpu_native_features().items() if f.endswith(arm.cpu_features)}
     found = [f for f, has in features.items() if has]
     if found:
         return True, f"native: {' and '.join(found)} on {cpu_name()}"
     if not features:
-        return False, f"{cpu_name()} has no native {name} math"
+        return False, f"{cpu_name()} has no native {arm.name} math"
     return False, f"{cpu_name()} has no {' or '.join(features)}"
 
 
@@ -183,78 +164,143 @@ def resolve(requested: str, device: torch.device, allow_emulated: bool = False) 
         raise AmpbenchError(f"--precision: '{requested}' is not one of {', '.join(PRECISIONS)}")
     if device.type == "cuda":
         return _resolve_cuda(requested, device, allow_emulated)
-    if requested in FP8_PRECISIONS:
-        return _resolve_cpu_fp8(requested, device, allow_emulated)
-    name = "bf16" if requested == "amp" else requested
-    if name == "tf32":
+    arm = arm_of(requested, device.type)
+    if arm.cpu is CpuRule.EMULATED:
+        return _resolve_cpu_fp8(requested, arm, device, allow_emulated)
+    if arm.cpu is CpuRule.CUDA_ONLY:
         raise AmpbenchError(
-            f"--precision {requested}: TF32 is a CUDA tensor-core mode; this run is on "
+            f"--precision {requested}: {arm.label} is a CUDA tensor-core mode; this run is on "
             f"{device.type} (on a CPU use fp32, bf16 or amp)"
         )
-    if name == "fp32":
-        return Precision(requested, name, device.type)
-    native, support = _cpu_support(name)
+    if arm.cpu is CpuRule.NATIVE:
+        return Precision(requested, arm.name, device.type)
+    native, support = _cpu_support(arm)
     if native:
-        return Precision(requested, name, device.type, support=support)
+        return Precision(requested, arm.name, device.type, support=support)
     if not allow_emulated:
         raise AmpbenchError(
-            f"--precision {requested}: {support}, so {name} autocast would run slow emulation "
-            "kernels and measure nothing of mixed precision; run on a GPU or a CPU with it, or "
-            "pass --allow-emulated to measure the emulation (labelled emulated)"
+            f"--precision {requested}: {support}, so {arm.name} autocast would run slow "
+            "emulation kernels and measure nothing of mixed precision; run on a GPU or a CPU "
+            "with it, or pass --allow-emulated to measure the emulation (labelled emulated)"
         )
-    return Precision(requested, name, device.type, True, f"EMULATED: {support}")
+    return Precision(requested, arm.name, device.type, True, f"EMULATED: {support}")
 
 
-def _fp8_detail(name: str, torchao: str) -> str:
-    return f"torchao {torchao} float8 {FP8_RECIPES[name]} on the Linear layers, bf16 autocast"
+def _fp8_detail(arm: Arm, torchao: str) -> str:
+    return f"torchao {torchao} float8 {arm.fp8_recipe} on the Linear layers, bf16 autocast"
 
 
-def _resolve_cpu_fp8(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
+def _resolve_cpu_fp8(
+    requested: str, arm: Arm, device: torch.device, allow_emulated: bool
+) -> Precision:
     torchao = require_torchao(requested)
-    missing = f"{cpu_name()} has no FP8 matmul (float8 training needs CUDA compute capability 8.9+)"
+    needed = arm.cuda_capability
+    missing = (
+        f"{cpu_name()} has no FP8 matmul (float8 training needs CUDA compute capability "
+        f"{needed[0]}.{needed[1]}+)"
+    )
     if not allow_emulated:
         raise AmpbenchError(
             f"--precision {requested}: {missing}; pass --allow-emulated to run its numerics "
             "with fp32 matmuls (labelled emulated)"
         )
-    support = f"EMULATED: {missing}; {_fp8_detail(requested, torchao)}, fp32 matmuls"
-    return Precision(requested, requested, device.type, True, support)
+    support = f"EMULATED: {missing}; {_fp8_detail(arm, torchao)}, fp32 matmuls"
+    return Precision(requested, arm.name, device.type, True, support)
 
 
 def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) -> Precision:
-    name = "fp16" if requested == "amp" else requested
-    fp8 = name in FP8_PRECISIONS
+    arm = arm_of(requested, device.type)
+    fp8 = arm.fp8_recipe is not None
     torchao = require_torchao(requested) if fp8 else ""
     capability = torch.cuda.get_device_capability(device)
     gpu = torch.cuda.get_device_name(device)
-    needed = CUDA_NATIVE[name]
+    needed = arm.cuda_capability
     if capability >= needed:
-        detail = f" ({_fp8_detail(name, torchao)})" if fp8 else ""
+        detail = f" ({_fp8_detail(arm, torchao)})" if fp8 else ""
         support = f"native: {gpu}, compute capability {capability[0]}.{capability[1]}{detail}"
-        return Precision(requested, name, device.type, support=support)
-    kind = "FP8" if fp8 else name
+        return Precision(requested, arm.name, device.type, support=support)
+    kind = "FP8" if fp8 else arm.name
     missing = (
         f"{gpu} (compute capability {capability[0]}.{capability[1]}) has no {kind} tensor "
         f"cores (needs {needed[0]}.{needed[1]} or newer)"
     )
-    if name == "tf32":  # TF32 is a mode of the tensor cores: without them there is no TF32 at all
+    if not arm.emulable:
         raise AmpbenchError(f"--precision {requested}: {missing}")
     if not allow_emulated:
         raise AmpbenchError(
             f"--precision {requested}: {missing}, so it would run emulated and measure nothing "
             "of mixed precision; pass --allow-emulated to measure it anyway (labelled emulated)"
         )
-    detail = f"; {_fp8_detail(name, torchao)}, fp32 matmuls" if fp8 else ""
-    return Precision(requested, name, device.type, True, f"EMULATED: {missing}{detail}")
+    detail = f"; {_fp8_detail(arm, torchao)}, fp32 matmuls" if fp8 else ""
+    return Precision(requested, arm.name, device.type, True, f"EMULATED: {missing}{detail}")
+
+
+# -- TF32 switches ------------------------------------------------------------------------------
+# torch 2.9 added per-backend fp32_precision settings beside the legacy allow_tf32 flags, as
+# separate state: where the two disagree, every legacy reader (allow_tf32, Inductor) raises, and
+# cuDNN's legacy setter leaves conv at "none", which falls back to a cudnn-wide "tf32". So both
+# are set: the legacy flags first, then each operation's fp32_precision explicitly.
+
+# torch.backends' fp32_precision settings TF32 depends on; a restore also puts back oneDNN's
+# matmul, which torch.set_float32_matmul_precision changes.
+_TF32_SWITCHES = ("cuda.matmul", "cudnn.conv", "cudnn.rnn")
+_SAVED_SWITCHES = (*_TF32_SWITCHES, "mkldnn.matmul")
+
+
+def _fp32_precision_switches(names: tuple[str, ...] = _TF32_SWITCHES) -> dict[str, Any]:
+    """Those settings by name; none before torch 2.9, which has only the legacy flags."""
+    if not hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        return {}
+    return {name: attrgetter(name)(torch.backends) for name in names}
+
+
+def _legacy(read: Callable[[], T]) -> T | None:
+    """A legacy setting, or None where torch refuses to read it: the APIs were mixed before."""
+    try:
+        return read()
+    except RuntimeError:
+        return None
+
+
+def _set_tf32(allowed: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    torch.backends.cudnn.allow_tf32 = allowed
+    for switch in _fp32_precision_switches().values():
+        switch.fp32_precision = "tf32" if allowed else "ieee"
+
+
+def _check_tf32(allowed: bool) -> None:
+    """Read back through both APIs; a legacy read raises where the two disagree."""
+    seen = {name: s.fp32_precision for name, s in _fp32_precision_switches().items()}
+    expected = {name: "tf32" if allowed else "ieee" for name in seen}
+    try:
+        seen["cuda.matmul.allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+        seen["cudnn.allow_tf32"] = torch.backends.cudnn.allow_tf32
+    except RuntimeError as error:
+        raise AmpbenchError(f"TF32 {'on' if allowed else 'off'} did not take: {error}") from error
+    expected |= {"cuda.matmul.allow_tf32": allowed, "cudnn.allow_tf32": allowed}
+    if seen != expected:
+        raise AmpbenchError(f"TF32 {'on' if allowed else 'off'} did not take: torch has {seen}")
 
 
 @contextmanager
 def math_mode(precision: Precision) -> Iterator[None]:
-    """Set the TF32 switches for the run, and put back what was there before."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = precision.tf32
-    torch.backends.cudnn.allow_tf32 = precision.tf32
+    """Set the TF32 switches for the run, check that they took, and put back what was there."""
+    matmul = _legacy(torch.get_float32_matmul_precision)
+    cudnn = _legacy(lambda: torch.backends.cudnn.allow_tf32)
+    # torch reads an operation's "none" as the setting it falls back to: that is what returns.
+    saved = {
+        name: s.fp32_precision for name, s in _fp32_precision_switches(_SAVED_SWITCHES).items()
+    }
+    _set_tf32(precision.tf32)
     try:
+        _check_tf32(precision.tf32)
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        if matmul is not None:
+            torch.set_float32_matmul_precision(matmul)
+        if cudnn is not None:
+            torch.backends.cudnn.allow_tf32 = cudnn
+        switches = _fp32_precision_switches(_SAVED_SWITCHES)
+        for name, value in saved.items():
+            switches[name].fp32_precision = value
