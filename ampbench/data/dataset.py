@@ -9,6 +9,8 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -113,14 +115,7 @@ def prepare_dataset(
     same settings again copies the cached result instead of decoding anything.
     """
     options = options or SourceOptions()
-    if subset < 0:
-        raise AmpbenchError(f"--subset: must be 0 (all) or a positive count, not {subset}")
-    if not 0.0 <= val_fraction < 1.0:
-        raise AmpbenchError(f"--val-fraction: must be in [0, 1), not {val_fraction}")
-    if not 0.0 < options.test_fraction < 1.0:
-        raise AmpbenchError(f"--test-fraction: must be in (0, 1), not {options.test_fraction}")
-    if options.image_size is not None and not 1 <= options.image_size <= 1024:
-        raise AmpbenchError(f"--image-size: must be 1 to 1024 pixels, not {options.image_size}")
+    _check_settings(subset, val_fraction, options)
     started = time.perf_counter()
     output_dir = Path(output_dir).absolute()
     sha256, local = resolve_sha256(source, options)
@@ -150,18 +145,8 @@ def prepare_dataset(
             metadata = hit
             log.info("prepare: cache hit for %s (key %s), nothing decoded", source, key)
         else:
-            try:
+            with _one_line_errors(source, output_dir):
                 metadata = _build(source, staging, sha256, local, subset, val_fraction, options)
-            except OSError as error:  # a full disk, a file that vanished while read
-                where = error.filename or output_dir
-                raise AmpbenchError(f"{where}: {error.strerror or error}") from None
-            except MemoryError:
-                # The checks before each large allocation cannot see everything (a decoder's
-                # own buffers); whatever runs out, the user gets one line, not a traceback.
-                raise AmpbenchError(
-                    f"{source}: ran out of memory while preparing it; pass --subset or "
-                    "--image-size, or give the step more memory"
-                ) from None
             metadata["cache_key"] = key
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
             if use_cache:
@@ -181,6 +166,34 @@ def prepare_dataset(
         time.perf_counter() - started,
     )
     return metadata
+
+
+def _check_settings(subset: int, val_fraction: float, options: SourceOptions) -> None:
+    if subset < 0:
+        raise AmpbenchError(f"--subset: must be 0 (all) or a positive count, not {subset}")
+    if not 0.0 <= val_fraction < 1.0:
+        raise AmpbenchError(f"--val-fraction: must be in [0, 1), not {val_fraction}")
+    if not 0.0 < options.test_fraction < 1.0:
+        raise AmpbenchError(f"--test-fraction: must be in (0, 1), not {options.test_fraction}")
+    if options.image_size is not None and not 1 <= options.image_size <= 1024:
+        raise AmpbenchError(f"--image-size: must be 1 to 1024 pixels, not {options.image_size}")
+
+
+@contextmanager
+def _one_line_errors(source: str, output_dir: Path) -> Iterator[None]:
+    """A full disk, a file that vanished while read, or memory run out: one line each."""
+    try:
+        yield
+    except OSError as error:
+        where = error.filename or output_dir
+        raise AmpbenchError(f"{where}: {error.strerror or error}") from None
+    except MemoryError:
+        # The checks before each large allocation cannot see everything (a decoder's own
+        # buffers); whatever runs out, the user gets one line, not a traceback.
+        raise AmpbenchError(
+            f"{source}: ran out of memory while preparing it; pass --subset or "
+            "--image-size, or give the step more memory"
+        ) from None
 
 
 def _store_in_cache(staging: Path, cached: Path) -> None:

@@ -193,6 +193,30 @@ def _image_folder(
     source: str, entries: list[tuple[str, bytes | None]], options: SourceOptions
 ) -> tuple[list[str], dict[str, Split], Counter[str]]:
     skipped: Counter[str] = Counter()
+    files, dirs, layout = _folder_layout(source, entries, skipped)
+    per_split = _files_by_split_and_class(files, dirs, layout, skipped)
+    reference = "train" if "train" in per_split else "all"
+    classes = sorted(per_split[reference])
+    _check_classes(source, per_split, layout, reference, classes)
+    splits: dict[str, Split] = {}
+    for split, by_class in per_split.items():
+        ordered = [
+            (label, item)
+            for label, name in enumerate(classes)
+            for item in sorted(by_class[name], key=lambda item: item[0])
+        ]
+        labels = np.array([label for label, _ in ordered], dtype=np.int64)
+        items = [item for _, item in ordered]
+        splits[split] = EncodedSplit(source, items, labels, options)
+    _carve_test_split(source, splits, options)
+    return classes, splits, skipped
+
+
+def _folder_layout(
+    source: str, entries: list[tuple[str, bytes | None]], skipped: Counter[str]
+) -> tuple[list[tuple[str, bytes]], list[str], dict[str, str]]:
+    """The files and folders below the tree's common root, and its layout: split -> the
+    folder prefix its class folders are under (train/, val/, test/; or one tree, "all")."""
     files: list[tuple[str, bytes]] = []
     dirs: list[str] = []
     for name, data in entries:
@@ -210,13 +234,20 @@ def _image_folder(
         d.split("/", 1)[0] for d in dirs
     }
     if "train" in top:
-        layout = {split: split + "/" for split in SPLIT_DIRS if split in top}
-    elif top & set(SPLIT_DIRS):
+        return files, dirs, {split: split + "/" for split in SPLIT_DIRS if split in top}
+    if top & set(SPLIT_DIRS):
         found = ", ".join(sorted(top & set(SPLIT_DIRS)))
         raise AmpbenchError(f"{source}: has {found}/ but no train/ folder")
-    else:
-        layout = {"all": ""}
+    return files, dirs, {"all": ""}
 
+
+def _files_by_split_and_class(
+    files: list[tuple[str, bytes]],
+    dirs: list[str],
+    layout: dict[str, str],
+    skipped: Counter[str],
+) -> dict[str, dict[str, list[tuple[str, bytes]]]]:
+    """Each split's class folders (empty ones too, to be named) and their image files."""
     per_split: dict[str, dict[str, list[tuple[str, bytes]]]] = {}
     for split, split_prefix in layout.items():
         classes: dict[str, list[tuple[str, bytes]]] = {}
@@ -237,9 +268,17 @@ def _image_folder(
             skipped["non_image_files"] += 1
             continue
         per_split[split].setdefault(rest.split("/", 1)[0], []).append((name, data))
+    return per_split
 
-    reference = "train" if "train" in per_split else "all"
-    classes = sorted(per_split[reference])
+
+def _check_classes(
+    source: str,
+    per_split: dict[str, dict[str, list[tuple[str, bytes]]]],
+    layout: dict[str, str],
+    reference: str,
+    classes: list[str],
+) -> None:
+    """At least two classes, none empty, and the same ones in every split."""
     if len(classes) < 2:
         raise AmpbenchError(
             f"{source}: found {len(classes)} class folder(s) under {layout[reference] or 'the top'}"
@@ -257,35 +296,27 @@ def _image_folder(
                 f"(missing in {split}/: {missing or 'none'}; only in {split}/: {extra or 'none'})"
             )
 
-    splits: dict[str, Split] = {}
-    for split, by_class in per_split.items():
-        ordered = [
-            (label, item)
-            for label, name in enumerate(classes)
-            for item in sorted(by_class[name], key=lambda item: item[0])
-        ]
-        labels = np.array([label for label, _ in ordered], dtype=np.int64)
-        items = [item for _, item in ordered]
-        splits[split] = EncodedSplit(source, items, labels, options)
-    # One class-folder tree, or train/ without test/: the test split is carved out of it.
+
+def _carve_test_split(source: str, splits: dict[str, Split], options: SourceOptions) -> None:
+    """One class-folder tree, or train/ without test/: the test split is carved out of it."""
     whole_name = "all" if "all" in splits else "train" if "test" not in splits else None
-    if whole_name is not None:
-        whole = splits.pop(whole_name)
-        assert isinstance(whole, EncodedSplit)
-        if whole_name == "train":
-            log.info(
-                "%s: no test/ folder; %.0f%% of train/ becomes the test split (--test-fraction)",
-                source,
-                100 * options.test_fraction,
-            )
-        test_rows, train_rows = stratified_split(
-            whole.labels, options.test_fraction, np.random.default_rng(options.seed)
+    if whole_name is None:
+        return
+    whole = splits.pop(whole_name)
+    assert isinstance(whole, EncodedSplit)
+    if whole_name == "train":
+        log.info(
+            "%s: no test/ folder; %.0f%% of train/ becomes the test split (--test-fraction)",
+            source,
+            100 * options.test_fraction,
         )
-        for split, rows in (("train", train_rows), ("test", test_rows)):
-            splits[split] = EncodedSplit(
-                source, [whole.files[r] for r in rows], whole.labels[rows], options
-            )
-    return classes, splits, skipped
+    test_rows, train_rows = stratified_split(
+        whole.labels, options.test_fraction, np.random.default_rng(options.seed)
+    )
+    for split, rows in (("train", train_rows), ("test", test_rows)):
+        splits[split] = EncodedSplit(
+            source, [whole.files[r] for r in rows], whole.labels[rows], options
+        )
 
 
 def _from_local(
