@@ -239,12 +239,10 @@ def compare_arms(
     groups = list(dict.fromkeys(group_of.values()))
     best = best_per_model(summaries, comparisons)
     at_chance = bool(notes.at_chance)
-    sentence = verdict(
-        comparisons[headline], summaries[headline], summaries[baseline_of[headline]], at_chance
-    )
+    this = comparisons[headline]
+    sentence = verdict(this, summaries[headline], summaries[baseline_of[headline]], at_chance)
     if len(groups) > 1:
         sentence += " " + best_sentence(best, summaries, comparisons)
-    this = comparisons[headline]
     return Comparison(
         schema_version=COMPARISON_SCHEMA_VERSION,
         baseline=baseline,

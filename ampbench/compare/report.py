@@ -77,6 +77,30 @@ def render_text(comparison: Comparison) -> str:
         f"Accuracy delta ({headline} - {baseline}): "
         + _figure(this.accuracy_delta_pp, "+.2f", " pp"),
     ]
+    lines += _optional_lines(comparison)
+    lines += [
+        f"Time spent, {name}: {time_spent_text(comparison.arms[name].time_spent)}"
+        for name in (baseline, headline)
+    ]
+    lines += [
+        "",
+        f"Verdict: {comparison.verdict}",
+    ]
+    if len(comparison.arms) > 2:
+        lines += ["", f"Every arm against its group's {comparison.baseline} baseline:"]
+        header, rows = matrix_table(comparison)
+        lines += _text_table(header, rows)
+    lines += [f"WARNING: {warning}" for warning in comparison.warnings]
+    return "\n".join(lines)
+
+
+def _optional_lines(comparison: Comparison) -> list[str]:
+    """The headline pair's FLOP/s (where counted) and time to target (where one was set)."""
+    headline = comparison.headline_arm
+    this = comparison.comparisons[headline]
+    baseline = this.baseline
+    base, arm = comparison.arms[baseline], comparison.arms[headline]
+    lines = []
     if base.achieved_tflops and arm.achieved_tflops:
         lines.append(
             f"Achieved TFLOP/s: {baseline} {base.achieved_tflops.value:.3g}, "
@@ -93,20 +117,7 @@ def render_text(comparison: Comparison) -> str:
             + _figure(this.time_to_target_ratio, ".2f", "x")
             + ("" if this.time_to_target_ratio else " (not both reached the target)")
         )
-    lines += [
-        f"Time spent, {name}: {time_spent_text(comparison.arms[name].time_spent)}"
-        for name in (baseline, headline)
-    ]
-    lines += [
-        "",
-        f"Verdict: {comparison.verdict}",
-    ]
-    if len(comparison.arms) > 2:
-        lines += ["", f"Every arm against its group's {comparison.baseline} baseline:"]
-        header, rows = matrix_table(comparison)
-        lines += _text_table(header, rows)
-    lines += [f"WARNING: {warning}" for warning in comparison.warnings]
-    return "\n".join(lines)
+    return lines
 
 
 def time_spent_text(spent: TimeSpent) -> str:
@@ -232,26 +243,7 @@ def tables(comparison: Comparison) -> dict[str, Table]:
     ratio_header = ["arm", *(["against"] if matrix else []), "steady-state speedup"]
     ratio_header += ["end-to-end ratio", "memory ratio"]
     ratio_header += ["total memory ratio", "accuracy delta (pp)"]
-    summaries = list(comparison.arms.values())
-    if any(arm.achieved_tflops for arm in summaries):
-        arm_header.append("TFLOP/s")
-        for row, arm in zip(arms, summaries, strict=True):
-            row.append(_figure(arm.achieved_tflops, ".3g"))
-    if any(arm.mfu for arm in summaries):
-        arm_header.append("MFU")
-        for row, arm in zip(arms, summaries, strict=True):
-            row.append(_figure(arm.mfu, ".1%"))
-    if any(arm.target_reached is not None for arm in summaries):
-        arm_header.append("time to target (s)")
-        for row, arm in zip(arms, summaries, strict=True):
-            reached = arm.target_reached or []
-            text = _figure(arm.time_to_target_s, ".2f") if arm.time_to_target_s else "never"
-            if 0 < len(reached) < len(arm.seeds):
-                text += f" ({len(reached)} of {len(arm.seeds)} seeds)"
-            row.append(text)
-        ratio_header.append("time-to-target ratio")
-        for row, this in zip(ratios, comparison.comparisons.values(), strict=True):
-            row.append(_figure(this.time_to_target_ratio, ".2f", "x"))
+    _add_optional_columns(comparison, (arm_header, arms), (ratio_header, ratios))
     settings = [[key, value] for key, value in comparison.settings.items()]
     found = {
         "Settings": (["setting", "value"], settings),
@@ -264,6 +256,32 @@ def tables(comparison: Comparison) -> dict[str, Table]:
     if comparison.scaling:
         found["Scaling"] = scaling_table(comparison)
     return found
+
+
+def _add_optional_columns(comparison: Comparison, arms: Table, ratios: Table) -> None:
+    """FLOP/s, MFU and time to target, as columns of the arms' and ratios' tables where any
+    arm has them."""
+    (arm_header, arm_rows), (ratio_header, ratio_rows) = arms, ratios
+    summaries = list(comparison.arms.values())
+    if any(arm.achieved_tflops for arm in summaries):
+        arm_header.append("TFLOP/s")
+        for row, arm in zip(arm_rows, summaries, strict=True):
+            row.append(_figure(arm.achieved_tflops, ".3g"))
+    if any(arm.mfu for arm in summaries):
+        arm_header.append("MFU")
+        for row, arm in zip(arm_rows, summaries, strict=True):
+            row.append(_figure(arm.mfu, ".1%"))
+    if any(arm.target_reached is not None for arm in summaries):
+        arm_header.append("time to target (s)")
+        for row, arm in zip(arm_rows, summaries, strict=True):
+            reached = arm.target_reached or []
+            text = _figure(arm.time_to_target_s, ".2f") if arm.time_to_target_s else "never"
+            if 0 < len(reached) < len(arm.seeds):
+                text += f" ({len(reached)} of {len(arm.seeds)} seeds)"
+            row.append(text)
+        ratio_header.append("time-to-target ratio")
+        for row, this in zip(ratio_rows, comparison.comparisons.values(), strict=True):
+            row.append(_figure(this.time_to_target_ratio, ".2f", "x"))
 
 
 def time_spent_table(comparison: Comparison) -> Table:

@@ -14,7 +14,7 @@ from ampbench.compare.report import render_html, render_markdown
 from ampbench.comparison import Comparison
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
-from ampbench.results import read_arm_results, write_json
+from ampbench.results import ArmResults, read_arm_results, write_json
 from ampbench.tracking import (
     BASELINE_TAG,
     DEFAULT_EXPERIMENT,
@@ -97,40 +97,7 @@ def run_comparison(
     write_json(outputs.comparison, comparison)
     # The outputs are written before MLflow is asked anything: if it fails, they stay.
     if parent_run is not None:
-        children = [run.mlflow.run_id for run in runs if run.mlflow and run.mlflow.run_id]
-        tags = {"ampbench.pipeline": PIPELINE_NAME, BASELINE_TAG: baseline}
-        if parent_run.pipeline_run_id:
-            tags[PIPELINE_RUN_TAG] = parent_run.pipeline_run_id
-            tags["kfp.run_id"] = parent_run.pipeline_run_id
-        # What the pipeline run compared, and how: MLflow names params without spaces.
-        params = {
-            "baseline": baseline,
-            "arms": ",".join(comparison.arms),
-            **{key.replace(" ", "_"): value for key, value in comparison.settings.items()},
-        }
-        run_id, experiment_id = open_parent_run(
-            parent_run.experiment,
-            parent_run.run_name or f"{PIPELINE_NAME}-{parent_run.pipeline_run_id or 'run'}",
-            tags,
-            params,
-            children,
-        )
-        comparison = dataclasses.replace(
-            comparison,
-            mlflow={
-                "experiment": parent_run.experiment,
-                "experiment_id": experiment_id,
-                "parent_run_id": run_id,
-            },
-        )
-        write_json(outputs.comparison, comparison)
-        artifacts = {
-            RESULTS_FILE: outputs.comparison,
-            "report.md": outputs.report,
-            "report.html": outputs.html,
-            **{f"plots/{plot.name}": plot for plot in plots},
-        }
-        finish_parent_run(run_id, artifacts, headline_metrics(comparison))
+        comparison = _track(comparison, runs, parent_run, outputs, plots)
     log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
     if max_accuracy_drop_pp is not None:
         for name, this in comparison.comparisons.items():
@@ -139,4 +106,51 @@ def run_comparison(
                     f"--max-accuracy-drop {max_accuracy_drop_pp:g}: arm {name} lost "
                     f"{-this.accuracy_delta_pp.value:.2f} pp of accuracy against {this.baseline}"
                 )
+    return comparison
+
+
+def _track(
+    comparison: Comparison,
+    runs: Sequence[ArmResults],
+    parent_run: ParentRunOptions,
+    outputs: CompareOutputs,
+    plots: Sequence[Path],
+) -> Comparison:
+    """The comparison as the MLflow parent run of the arms' runs: tags, params, the outputs as
+    artifacts and the headline metrics; the comparison JSON rewritten to name the run."""
+    baseline = comparison.baseline
+    children = [run.mlflow.run_id for run in runs if run.mlflow and run.mlflow.run_id]
+    tags = {"ampbench.pipeline": PIPELINE_NAME, BASELINE_TAG: baseline}
+    if parent_run.pipeline_run_id:
+        tags[PIPELINE_RUN_TAG] = parent_run.pipeline_run_id
+        tags["kfp.run_id"] = parent_run.pipeline_run_id
+    # What the pipeline run compared, and how: MLflow names params without spaces.
+    params = {
+        "baseline": baseline,
+        "arms": ",".join(comparison.arms),
+        **{key.replace(" ", "_"): value for key, value in comparison.settings.items()},
+    }
+    run_id, experiment_id = open_parent_run(
+        parent_run.experiment,
+        parent_run.run_name or f"{PIPELINE_NAME}-{parent_run.pipeline_run_id or 'run'}",
+        tags,
+        params,
+        children,
+    )
+    comparison = dataclasses.replace(
+        comparison,
+        mlflow={
+            "experiment": parent_run.experiment,
+            "experiment_id": experiment_id,
+            "parent_run_id": run_id,
+        },
+    )
+    write_json(outputs.comparison, comparison)
+    artifacts = {
+        RESULTS_FILE: outputs.comparison,
+        "report.md": outputs.report,
+        "report.html": outputs.html,
+        **{f"plots/{plot.name}": plot for plot in plots},
+    }
+    finish_parent_run(run_id, artifacts, headline_metrics(comparison))
     return comparison
