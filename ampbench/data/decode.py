@@ -98,6 +98,38 @@ def fit_size(image: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.BILINEAR))
 
 
+def _first_shape(
+    files: list[tuple[str, bytes]],
+    source: str,
+    skip_bad: bool,
+    max_pixels: int,
+    bad: dict[int, str],
+) -> tuple[int, tuple[int, ...] | None]:
+    """The first readable image's index and shape, which every other image must have (None:
+    no image is readable); the unreadable ones before it are added to `bad`."""
+    for index, (name, data) in enumerate(files):
+        try:
+            return index, decode_one(name, data, max_pixels).shape
+        except BadImage as error:
+            if not skip_bad:
+                raise _refused(source, error) from None
+            bad[index] = str(error)
+    return len(files), None
+
+
+def _in_threads(decode_chunk: Callable[[int], None], count: int) -> None:
+    """decode_chunk for each chunk's start; simplejpeg and Pillow release the GIL while they
+    decode, so a thread per core helps."""
+    workers = max(1, min(os.cpu_count() or 1, count // CHUNK + 1))
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(decode_chunk, range(0, count, CHUNK)))
+    except RuntimeError as error:  # "can't start new thread": no memory left for its stack
+        if "thread" not in str(error):
+            raise
+        raise MemoryError(str(error)) from None
+
+
 def decode_images(
     files: list[tuple[str, bytes]],
     *,
@@ -116,14 +148,8 @@ def decode_images(
     bad: dict[int, str] = {}
     shape: tuple[int, ...] | None = (image_size, image_size, 3) if image_size else None
     first = 0
-    while shape is None and first < len(files):  # the first readable image sets the shape
-        try:
-            shape = decode_one(*files[first], max_pixels).shape
-        except BadImage as error:
-            if not skip_bad:
-                raise _refused(source, error) from None
-            bad[first] = str(error)
-            first += 1
+    if shape is None:
+        first, shape = _first_shape(files, source, skip_bad, max_pixels, bad)
     if shape is None:
         return Decoded(np.zeros((0, 1, 1, 3), np.uint8), np.arange(0), list(bad.values()))
     check_decoded_size(source, len(files), shape, limits)
@@ -153,15 +179,7 @@ def decode_images(
         if on_progress is not None:
             on_progress(min(CHUNK, len(files) - start))
 
-    # simplejpeg and Pillow release the GIL while they decode: a thread per core helps.
-    workers = max(1, min(os.cpu_count() or 1, len(files) // CHUNK + 1))
-    try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(decode_chunk, range(0, len(files), CHUNK)))
-    except RuntimeError as error:  # "can't start new thread": no memory left for its stack
-        if "thread" not in str(error):
-            raise
-        raise MemoryError(str(error)) from None
+    _in_threads(decode_chunk, len(files))
     if not bad:
         return Decoded(out, np.arange(len(files)), [])
     kept = np.array([i for i in range(len(files)) if i not in bad])

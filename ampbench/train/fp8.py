@@ -88,6 +88,33 @@ def _describe(skipped: list[tuple[str, nn.Linear]]) -> str:
     return ", ".join(shown) + more
 
 
+def _convertible_linears(
+    model: nn.Module, precision: str, name: str
+) -> list[tuple[str, nn.Module]]:
+    """The model's Linear layers whose forward runs, by name; refused where there are none or
+    the model is a bare Linear."""
+    linears = [
+        (fqn, module)
+        for fqn, module in model.named_modules()
+        # nn.MultiheadAttention's out_proj is a Linear whose forward is never called (the
+        # attention uses its weight directly): converting it would change nothing.
+        if isinstance(module, nn.Linear)
+        and not isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear)
+    ]
+    if not linears:
+        raise AmpbenchError(
+            f"--precision {precision}: model {name} has no nn.Linear layer, the only kind "
+            "float8 training converts; use bf16 or fp16 for it"
+        )
+    if isinstance(model, nn.Linear):
+        # torchao returns a new module for a bare Linear instead of converting in place.
+        raise AmpbenchError(
+            f"--precision {precision}: model {name} is a bare nn.Linear; float8 training "
+            "converts the layers inside a model (wrap it in an nn.Sequential)"
+        )
+    return linears
+
+
 def convert_for_fp8(
     model: nn.Module,
     recipe: str,
@@ -112,25 +139,7 @@ def convert_for_fp8(
     """
     precision = _recipe_precision(recipe)
     name = model_name or type(model).__name__
-    linears = [
-        (fqn, module)
-        for fqn, module in model.named_modules()
-        # nn.MultiheadAttention's out_proj is a Linear whose forward is never called (the
-        # attention uses its weight directly): converting it would change nothing.
-        if isinstance(module, nn.Linear)
-        and not isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear)
-    ]
-    if not linears:
-        raise AmpbenchError(
-            f"--precision {precision}: model {name} has no nn.Linear layer, the only kind "
-            "float8 training converts; use bf16 or fp16 for it"
-        )
-    if isinstance(model, nn.Linear):
-        # torchao returns a new module for a bare Linear instead of converting in place.
-        raise AmpbenchError(
-            f"--precision {precision}: model {name} is a bare nn.Linear; float8 training "
-            "converts the layers inside a model (wrap it in an nn.Sequential)"
-        )
+    linears = _convertible_linears(model, precision, name)
     float8 = _float8(precision)
     if auto_filter:
         # torchao's own (exported, marked experimental) filter, so that its thresholds are the
