@@ -22,13 +22,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import importlib.metadata
-import os
-import platform
-import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +32,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ampbench import __version__
 from ampbench.dataset_format import SplitTensors, read_metadata, read_split
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
@@ -46,13 +41,11 @@ from ampbench.results import (
     ArmResults,
     Compute,
     DatasetRecord,
-    DeviceRecord,
     Distributed,
     EpochRecord,
     Memory,
     TimeToTarget,
     Timing,
-    Versions,
 )
 from ampbench.sampling import stratified_take
 from ampbench.train import checkpoint, distributed
@@ -63,221 +56,34 @@ from ampbench.train.data import (
     epoch_order,
     step_generator,
 )
+from ampbench.train.device import (
+    device_record,
+    pick_device,
+    seed_everything,
+    software_versions,
+    sync,
+)
 from ampbench.train.flops import flop_counter_mode, peak_tflops, train_step_flops
 from ampbench.train.fp8 import convert_for_fp8
 from ampbench.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
+from ampbench.train.memory import MemoryMeter
 from ampbench.train.models import build_model, parameter_count
-from ampbench.train.precision import (
-    Precision,
-    cpu_capability,
-    cpu_name,
-    math_mode,
-    resolve,
-)
+from ampbench.train.optim import OneCycle, build_optimizer
+from ampbench.train.precision import Precision, math_mode, resolve
+from ampbench.train.state import DeviceCounters, LoopState
 from ampbench.world import SINGLE_PROCESS, World, world_from_env
 
+__all__ = [
+    "MemoryMeter",
+    "OneCycle",
+    "Trainer",
+    "build_optimizer",
+    "pick_device",
+    "seed_everything",
+    "train",
+]
+
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
-
-
-def pick_device(name: str, local_rank: int | None = None) -> torch.device:
-    """The device `name` means here (`cuda` becomes `cuda:<current>`, or under torchrun
-    `cuda:<LOCAL_RANK>`: one GPU per process), made current."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise AmpbenchError(
-            f"--device: '{name}' is not a device (auto, cpu, cuda, cuda:N)"
-        ) from None
-    if device.type not in ("cpu", "cuda"):
-        raise AmpbenchError(f"--device {name}: only cpu and cuda are supported")
-    if device.type == "cpu":
-        return device
-    if not torch.cuda.is_available():
-        raise AmpbenchError(f"--device {name}: no CUDA GPU is visible to this process")
-    index = device.index
-    if index is not None and local_rank is not None:
-        raise AmpbenchError(
-            f"--device {name}: under torchrun each process takes cuda:$LOCAL_RANK; give "
-            "--device cuda or auto"
-        )
-    if index is None:
-        index = torch.cuda.current_device() if local_rank is None else local_rank
-    if index >= torch.cuda.device_count():
-        raise AmpbenchError(
-            f"--device {name}: this process sees {torch.cuda.device_count()} CUDA GPU(s)"
-        )
-    device = torch.device("cuda", index)
-    # set_device needs an index; calls that take no device (empty_cache) then act on this one.
-    torch.cuda.set_device(device)
-    return device
-
-
-def device_record(device: torch.device) -> DeviceRecord:
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return DeviceRecord(
-            "cuda", torch.cuda.get_device_name(device), f"compute capability {major}.{minor}"
-        )
-    return DeviceRecord("cpu", cpu_name(), cpu_capability())
-
-
-def software_versions() -> Versions:
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return Versions(
-        ampbench=__version__,
-        torch=torch.__version__,
-        # Read, not imported: see models._torchvision.
-        torchvision=importlib.metadata.version("torchvision"),
-        cuda=torch.version.cuda,
-        cudnn=cudnn,
-        python=platform.python_version(),
-    )
-
-
-MB = 2**20
-
-
-class MemoryMeter:
-    """The run's memory in the terms of results.Memory, read in windows.
-
-    `start` takes the baseline (before the data upload), `mark_resident` what is resident
-    before the first step; `reset_peak` opens a window and `window_peak_mb` reads its peak
-    above the resident mark. Every window's peak also counts towards the run's total peak.
-    CUDA: bytes the caching allocator has handed out (and reserved); CPU: the process's
-    resident set and its high-water mark (VmHWM), which only this process's work moves.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.cuda = device.type == "cuda"
-        self.baseline = self.resident = (0.0, 0.0)  # (allocated or RSS, reserved) in bytes
-        self.total_peak = (0.0, 0.0)
-        self.train_peak = (0.0, 0.0)
-        self.step_peak = (0.0, 0.0)  # a captured step's peak: replays allocate nothing
-
-    @staticmethod
-    def _status_bytes(field_name: str) -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1]) * 1024.0
-        return 0.0
-
-    def _now(self) -> tuple[float, float]:
-        if self.cuda:
-            return float(torch.cuda.memory_allocated(self.device)), float(
-                torch.cuda.memory_reserved(self.device)
-            )
-        return self._status_bytes("VmRSS"), 0.0
-
-    def _peak(self) -> tuple[float, float]:
-        if self.cuda:
-            peak = (
-                float(torch.cuda.max_memory_allocated(self.device)),
-                float(torch.cuda.max_memory_reserved(self.device)),
-            )
-        else:
-            peak = self._status_bytes("VmHWM"), 0.0
-        return max(peak[0], self.step_peak[0]), max(peak[1], self.step_peak[1])
-
-    def hold_step_peak(self) -> None:
-        """Count the current window's peak in every window after it: a CUDA graph's memory is
-        allocated once, while it is captured, and each replay uses it again unseen by the
-        allocator's statistics. Opens a new window, like skip_window."""
-        self._settle()
-        self.step_peak = self._peak()
-        self._reset_device_peak()
-
-    def _settle(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def start(self) -> None:
-        """The baseline: what the process holds before the run puts anything on the device."""
-        self._settle()
-        gc.collect()  # an earlier run's unreferenced tensors would count against this one
-        if self.cuda:
-            torch.cuda.empty_cache()
-        self.baseline = self.total_peak = self._now()
-        self._reset_device_peak()  # what came before this run is no part of it
-
-    def mark_resident(self) -> None:
-        """What is resident before the first step: data set, model, optimizer state. Opens
-        the warm-up's window, which `skip_window` leaves out of every figure."""
-        self._settle()
-        self.resident = self._now()
-        self.reset_peak()
-
-    def skip_window(self) -> None:
-        """Open a new window without counting the current one: the warm-up's peak holds
-        cuDNN's autotuning, whose trial algorithms allocate scratch memory of their own."""
-        self._reset_device_peak()
-
-    def reset_peak(self) -> None:
-        """Fold the current window into the total, and open a new one."""
-        self._fold()
-        self._reset_device_peak()
-
-    def _reset_device_peak(self) -> None:
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return
-        try:  # "5" resets the kernel's peak-RSS mark (VmHWM) for this process
-            Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            log.warning("cannot reset the peak-RSS mark; CPU peak memory includes earlier work")
-
-    def _fold(self) -> tuple[float, float]:
-        self._settle()
-        peak = self._peak()
-        self.total_peak = (max(self.total_peak[0], peak[0]), max(self.total_peak[1], peak[1]))
-        return peak
-
-    def window_peak_mb(self) -> float:
-        """The peak of the current window above the resident mark; counts as training."""
-        peak = self._fold()
-        self.train_peak = (max(self.train_peak[0], peak[0]), max(self.train_peak[1], peak[1]))
-        return max(0.0, peak[0] - self.resident[0]) / MB
-
-    def record(self) -> Memory:
-        self._fold()
-
-        def above(value: tuple[float, float], base: tuple[float, float]) -> tuple[float, float]:
-            return max(0.0, value[0] - base[0]) / MB, max(0.0, value[1] - base[1]) / MB
-
-        train, train_reserved = above(self.train_peak, self.resident)
-        total, total_reserved = above(self.total_peak, self.baseline)
-        return Memory(
-            kind="cuda_allocated" if self.cuda else "cpu_rss",
-            train_peak_mb=train,
-            total_peak_mb=total,
-            resident_mb=above(self.resident, self.baseline)[0],
-            train_peak_reserved_mb=train_reserved if self.cuda else None,
-            total_peak_reserved_mb=total_reserved if self.cuda else None,
-        )
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def seed_everything(seed: int, deterministic: bool) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if deterministic:
-        # cuBLAS needs this before its first call to be deterministic.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    # Set both ways: an earlier run in this process may have turned them on. Only when the
-    # setting changes: the call imports torch._inductor, seconds of every task's start.
-    # warn_only: CUDA has no deterministic backward for adaptive pooling (every model here ends
-    # with one); torch warns, naming the op, instead of refusing the run.
-    if deterministic or torch.are_deterministic_algorithms_enabled():
-        torch.use_deterministic_algorithms(deterministic, warn_only=True)
-    torch.backends.cudnn.deterministic = deterministic
-    torch.backends.cudnn.benchmark = not deterministic
 
 
 @torch.no_grad()
@@ -310,95 +116,6 @@ def _subset(split: SplitTensors, count: int, seed: int) -> SplitTensors:
         stratified_take(split.labels.numpy(), count, np.random.default_rng(seed))
     )
     return SplitTensors(split.images[rows], split.labels[rows], split.indices[rows])
-
-
-@dataclass(frozen=True)
-class OneCycle:
-    """Learning-rate factor per step: linear warm-up to 1, then linear decay to 0 at the end."""
-
-    total_steps: int
-    warmup_fraction: float
-
-    def __call__(self, step: int) -> float:
-        warmup = max(1, round(self.total_steps * self.warmup_fraction))
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (self.total_steps - step) / max(1, self.total_steps - warmup))
-
-
-@dataclass
-class LoopState:
-    """Everything the loop needs to continue where it stopped; saved in each checkpoint."""
-
-    epoch: int = 0
-    step: int = 0  # next step within the epoch
-    global_step: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    train_time_s: float = 0.0  # completed epochs
-    epoch_elapsed_s: float = 0.0  # the current epoch, up to the last checkpoint
-    eval_time_s: float = 0.0
-    checkpoint_time_s: float = 0.0
-    # --target-accuracy: the training time and epoch at which test accuracy first reached it
-    target_time_s: float | None = None
-    target_epoch: int | None = None
-
-
-@dataclass
-class DeviceCounters:
-    """Per-step statistics of the current epoch, kept on the device so that the hot loop never
-    waits for the host. Changed in place only: a captured CUDA graph holds their addresses."""
-
-    loss_sum: torch.Tensor
-    correct: torch.Tensor
-    steps: torch.Tensor  # steps taken this epoch
-    first_bad_step: torch.Tensor  # the epoch's first step with a non-finite loss, -1 if none
-    skipped: torch.Tensor  # fp16 steps the GradScaler skipped, this epoch
-    skip_streak: torch.Tensor
-    longest_skip_streak: torch.Tensor
-
-    @classmethod
-    def zeros(cls, device: torch.device) -> DeviceCounters:
-        names = [field.name for field in dataclasses.fields(cls)]
-        counters = cls(*(torch.zeros((), device=device, dtype=torch.float64) for _ in names))
-        counters.reset()
-        return counters
-
-    def reset(self) -> None:
-        for tensor in self.state().values():
-            tensor.zero_()
-        self.first_bad_step.fill_(-1)
-
-    def state(self) -> dict[str, torch.Tensor]:
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-
-    def load(self, state: dict[str, torch.Tensor]) -> None:
-        for name, tensor in self.state().items():
-            tensor.copy_(state[name])
-
-
-def build_optimizer(
-    model: nn.Module, config: TrainConfig, lr: torch.Tensor, fused: bool
-) -> torch.optim.SGD:
-    """SGD with Nesterov momentum, its momentum buffers made (as zeros) up front, reading its
-    learning rate from the tensor `lr` (the loop fills it in place: a CUDA graph replays it).
-
-    Fused SGD creates missing buffers with torch.empty_like and fills them in its first step,
-    unless the GradScaler finds an inf there and the kernel returns early: then the next step
-    uses uninitialised memory as momentum (weights of 1e25 after one skipped fp16 step). Zero
-    buffers make no difference otherwise: without dampening the first step's buffer is the
-    gradient either way. They are also optimizer state that is resident before the first step.
-    """
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=lr,
-        momentum=config.momentum,
-        nesterov=True,
-        weight_decay=config.weight_decay,
-        fused=fused,
-    )
-    for parameter in model.parameters():
-        optimizer.state[parameter]["momentum_buffer"] = torch.zeros_like(parameter)
-    return optimizer
 
 
 def _host_copy(value: Any) -> Any:
@@ -681,11 +398,11 @@ class Trainer:
                     self.take_step(inputs, global_step)
                 progress.update()
                 if warm_step == 0 and self.config.compile:
-                    _sync(self.device)
+                    sync(self.device)
                     self.compile_s = time.perf_counter() - started
         if stream is not None:
             torch.cuda.current_stream(self.device).wait_stream(stream)
-        _sync(self.device)
+        sync(self.device)
         self.load_training_state(saved)
         if self.cuda_graphs:
             self.capture()
