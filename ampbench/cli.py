@@ -177,7 +177,7 @@ def _add_run(commands: argparse._SubParsersAction) -> None:
 def _check_precisions_here(precisions: Sequence[str], allow_emulated: bool) -> None:
     """The local runner trains on this machine: a precision it cannot run natively stops
     the command now, not after the data is prepared."""
-    from ampbench.train.engine import pick_device
+    from ampbench.train.device import pick_device
     from ampbench.train.precision import resolve
 
     device = pick_device("auto")

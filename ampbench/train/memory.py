@@ -3,6 +3,7 @@ read in windows (see MemoryMeter)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import torch
 
 from ampbench.logs import log
 from ampbench.results import Memory
+from ampbench.train import distributed
+from ampbench.world import World
 
 MB = 2**20
 
@@ -131,3 +134,14 @@ class MemoryMeter:
             train_peak_reserved_mb=train_reserved if self.cuda else None,
             total_peak_reserved_mb=total_reserved if self.cuda else None,
         )
+
+    def record_over_ranks(self, world: World) -> Memory:
+        """The run's memory; under torchrun each figure the largest of any rank's."""
+        memory = self.record()
+        if not world.distributed:
+            return memory
+        names = [
+            f.name for f in dataclasses.fields(memory) if isinstance(getattr(memory, f.name), float)
+        ]
+        peaks = distributed.max_over_ranks([getattr(memory, name) for name in names], self.device)
+        return dataclasses.replace(memory, **dict(zip(names, peaks, strict=True)))
