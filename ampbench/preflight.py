@@ -82,7 +82,7 @@ def preflight(plan: Plan, where: Where) -> list[MatrixRun]:
 def _check_precisions_here(precisions: list[str], allow_emulated: bool) -> None:
     """The local runner trains on this machine: a precision it cannot run natively stops the
     command now, not after the data is prepared."""
-    from ampbench.train.engine import pick_device
+    from ampbench.train.device import pick_device
     from ampbench.train.precision import resolve
 
     device = pick_device("auto")

@@ -130,7 +130,8 @@ def train_one_arm(args: argparse.Namespace) -> int:
     """The child: one arm and seed, in this fresh process, results written as JSON."""
     from ampbench.results import write_json as write_results
     from ampbench.train.config import TrainConfig
-    from ampbench.train.engine import pick_device, train
+    from ampbench.train.device import pick_device
+    from ampbench.train.loop import train
     from ampbench.train.precision import resolve
 
     config = TrainConfig(
@@ -159,7 +160,7 @@ def bare_loop(args: argparse.Namespace) -> int:
     floor needs no process of its own each; their start-ups were a third of the GPU check),
     each one's images/s, or why it cannot run here, as a JSON line in args.bare_results."""
     from ampbench.dataset_format import read_metadata
-    from ampbench.train.engine import pick_device
+    from ampbench.train.device import pick_device
     from ampbench.train.precision import resolve
 
     device = pick_device(args.device)

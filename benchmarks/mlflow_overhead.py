@@ -33,7 +33,7 @@ from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
 from ampbench.tracking import ArmRun
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer
+from ampbench.train.loop import Trainer
 from ampbench.train.models import build_model, example_input
 from ampbench.train.precision import cpu_capability, cpu_name
 from ampbench.train.step import EPOCH_METRICS

@@ -37,7 +37,7 @@ from torchvision import transforms
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer
+from ampbench.train.loop import Trainer
 from ampbench.train.models import build_model
 from ampbench.train.precision import (
     cpu_capability,

@@ -20,7 +20,9 @@ import torch
 
 from ampbench.train.checkpoint import NAME
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import MemoryMeter, pick_device, train
+from ampbench.train.device import pick_device
+from ampbench.train.loop import train
+from ampbench.train.memory import MemoryMeter
 from ampbench.train.precision import math_mode, resolve
 
 pytestmark = [

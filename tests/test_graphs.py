@@ -11,8 +11,10 @@ import torch
 
 from ampbench.errors import AmpbenchError
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import MemoryMeter, Trainer, evaluate
 from ampbench.train.graphs import StepInputs, StepRunner, settle_cuda_graphs
+from ampbench.train.loop import Trainer
+from ampbench.train.memory import MemoryMeter
+from ampbench.train.record import evaluate
 from ampbench.world import SINGLE_PROCESS, World
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

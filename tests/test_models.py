@@ -20,7 +20,7 @@ from ampbench.cli import main
 from ampbench.dataset_format import SplitTensors
 from ampbench.errors import AmpbenchError
 from ampbench.results import read_arm_results
-from ampbench.train import engine
+from ampbench.train import data
 from ampbench.train.config import (
     TrainConfig,
     check_against_dataset,
@@ -32,7 +32,7 @@ from ampbench.train.data import (
     draw_crop_flip,
     step_generator,
 )
-from ampbench.train.engine import train
+from ampbench.train.loop import train
 from ampbench.train.models import (
     SmallViT,
     build_model,
@@ -247,7 +247,7 @@ def test_a_model_that_cannot_run_on_the_data_is_refused_before_any_data_is_read(
     def no_reading(*args: object) -> None:
         raise AssertionError("the data was read before the model was checked")
 
-    monkeypatch.setattr(engine, "read_split", no_reading)
+    monkeypatch.setattr(data, "read_split", no_reading)
     user_module(
         "five_classes",
         """

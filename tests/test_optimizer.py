@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer
 from ampbench.train.graphs import StepInputs
+from ampbench.train.loop import Trainer
 
 # Large enough that each feature moves the step far beyond float32 rounding: weight decay
 # of 5e-4 changes a parameter by about 1e-5 of itself, within assert_close's tolerance.

@@ -17,8 +17,8 @@ from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, FP8_PRECISIONS, PR
 from ampbench.train import fp8 as fp8_module
 from ampbench.train import precision as precision_module
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer
 from ampbench.train.fp8 import torchao_version
+from ampbench.train.loop import Trainer
 from ampbench.train.precision import (
     Precision,
     cpu_capability,

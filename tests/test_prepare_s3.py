@@ -126,7 +126,7 @@ def test_checkpoints_in_s3_survive_and_resume(
 ) -> None:
     from ampbench.train.checkpoint import names
     from ampbench.train.config import TrainConfig
-    from ampbench.train.engine import train
+    from ampbench.train.loop import train
 
     directory = f"s3://{s3_env}/checkpoints/run-1"
     config = TrainConfig(

@@ -21,7 +21,7 @@ from ampbench.errors import AmpbenchError
 from ampbench.pipelines.local import LocalRun, summary_lines
 from ampbench.results import read_arm_results
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer
+from ampbench.train.loop import Trainer
 from ampbench.train.step import TrackingOptions, run_training
 
 if TYPE_CHECKING:

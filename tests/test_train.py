@@ -22,8 +22,9 @@ from ampbench.train.data import (
     draw_crop_flip,
     step_generator,
 )
-from ampbench.train.engine import OneCycle, Trainer, train
 from ampbench.train.graphs import StepInputs
+from ampbench.train.loop import Trainer, train
+from ampbench.train.optim import OneCycle
 from ampbench.train.precision import cpu_capability
 from ampbench.train.step import run_training
 

@@ -21,11 +21,12 @@ from children import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults
-from ampbench.train import engine
+from ampbench.train import checkpoint, device, setup
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer, build_optimizer, train
 from ampbench.train.flops import train_step_flops
+from ampbench.train.loop import Trainer, train
 from ampbench.train.models import small_cnn
+from ampbench.train.optim import build_optimizer
 
 TIMING_KEYS = {"time_s", "throughput_img_s", "train_peak_memory_mb"}
 
@@ -162,7 +163,7 @@ def tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """A small-cnn 8 channels wide: fp16 on a CPU runs scalar fallback kernels (100 images
     take 15 s at the usual width), and the GradScaler's bookkeeping is what is tested."""
     monkeypatch.setattr(
-        engine, "build_model", lambda name, classes, image_shape: small_cnn(classes, width=8)
+        setup, "build_model", lambda name, classes, image_shape: small_cnn(classes, width=8)
     )
 
 
@@ -296,7 +297,7 @@ def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
     """A first step that costs 100 s (as cuDNN autotuning or lazy loading would) is paid by the
     warm-up; without a warm-up it would be training time. The 100 s pass on the engine's clock
     only, so that the test does not depend on how busy the CPU it shares is."""
-    from ampbench.train import engine
+    from ampbench.train import loop
 
     original = Trainer.train_step
     real_clock = time.perf_counter
@@ -310,7 +311,7 @@ def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
         original(self, *args)
 
     monkeypatch.setattr(Trainer, "train_step", slow_first_step)
-    monkeypatch.setattr(engine.time, "perf_counter", lambda: real_clock() + skipped[0])
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: real_clock() + skipped[0])
     warm, _ = train(small_config(synthetic_dataset, epochs=1, batch_size=50, subset=100))
     assert warm.timing.warmup_s >= 100.0 and warm.timing.train_time_s < 100.0
     assert warm.timing.end_to_end_s > warm.timing.train_time_s + 100.0
@@ -324,7 +325,7 @@ def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
 MEMORY_PHASES = """
 import json, sys
 import torch
-from ampbench.train.engine import MemoryMeter
+from ampbench.train.memory import MemoryMeter
 
 def mib(size):
     return torch.ones(size * 2**20 // 4)  # touched: resident
@@ -423,7 +424,7 @@ def test_a_checkpoint_that_cannot_be_saved_does_not_end_the_training(
     def unreachable_store(*args: Any) -> str:
         raise AmpbenchError("s3://bucket/ckpt: cannot reach the S3 endpoint")
 
-    monkeypatch.setattr(engine.checkpoint, "save", unreachable_store)
+    monkeypatch.setattr(checkpoint, "save", unreachable_store)
     config = small_config(
         synthetic_dataset, epochs=1, subset=100, checkpoint_dir=str(tmp_path / "ckpt")
     )
@@ -480,7 +481,7 @@ def test_the_step_flops_counted_in_the_warm_up_are_those_of_a_step_of_their_own(
         steps_of_their_own.append(1)
         return train_step_flops(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "train_step_flops", counted_apart)
+    monkeypatch.setattr(setup, "train_step_flops", counted_apart)
     in_warm_up, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=2))
     assert not steps_of_their_own
     apart, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=0))
@@ -493,10 +494,10 @@ def test_deterministic_algorithms_follow_each_run_in_one_process() -> None:
     # seed_everything skips torch's setter when nothing changes (it imports torch._inductor):
     # a run after a deterministic one must still turn them off.
     try:
-        engine.seed_everything(0, deterministic=True)
+        device.seed_everything(0, deterministic=True)
         assert torch.are_deterministic_algorithms_enabled()
         assert torch.is_deterministic_algorithms_warn_only_enabled()
-        engine.seed_everything(0, deterministic=False)
+        device.seed_everything(0, deterministic=False)
         assert not torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)

@@ -1,4 +1,4 @@
-"""Training: one precision arm trained and measured (engine.py).
+"""Training: one precision arm trained and measured (loop.py).
 
 The names below are here, free of torch, so that a command line can offer them quickly.
 """

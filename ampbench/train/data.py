@@ -7,10 +7,14 @@ No DataLoader, no worker processes, no per-image Python: a training batch is one
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
-from ampbench.dataset_format import SplitTensors
+from ampbench.dataset_format import SplitTensors, read_split
+from ampbench.sampling import stratified_take
 
 CROP_PADDING = 4
 # cross_entropy's default ignore_index: padding rows count in neither loss nor accuracy.
@@ -145,3 +149,31 @@ class DeviceSplit:
                 images = torch.cat([images, images.new_zeros((short, *images.shape[1:]))])
                 labels = torch.cat([labels, labels.new_full((short,), IGNORE_LABEL)])
             yield self.normalize(images), labels
+
+
+def _subset(split: SplitTensors, count: int, seed: int) -> SplitTensors:
+    if not count or count >= len(split):
+        return split
+    rows = torch.from_numpy(
+        stratified_take(split.labels.numpy(), count, np.random.default_rng(seed))
+    )
+    return SplitTensors(split.images[rows], split.labels[rows], split.indices[rows])
+
+
+def read_to_device(
+    dataset_dir: Path,
+    metadata: dict[str, Any],
+    device: torch.device,
+    subset: int,
+    seed: int,
+    image_size: int,
+) -> tuple[DeviceSplit, dict[str, DeviceSplit]]:
+    """The training split and the evaluation splits the data set has (val, test), each cut to
+    `subset` images (stratified; 0: all) and put on the device."""
+
+    def load(split: str) -> DeviceSplit:
+        tensors = _subset(read_split(dataset_dir, split), subset, seed)
+        return DeviceSplit(tensors, device, metadata["mean"], metadata["std"], image_size)
+
+    train = load("train")
+    return train, {split: load(split) for split in ("val", "test") if split in metadata["counts"]}

@@ -28,6 +28,8 @@ from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
+from ampbench.logs import log
+from ampbench.results import Compute
 from ampbench.train.precisions import ARMS
 
 
@@ -254,3 +256,31 @@ def achieved_tflops(flops_per_step: int, steps: int, seconds: float) -> float:
 def mfu(achieved: float, peak: float | None) -> float | None:
     """Model FLOP/s utilisation: achieved over peak TFLOP/s; None without a peak."""
     return achieved / peak if peak else None
+
+
+# -- the run's account: FLOPs per step, achieved TFLOP/s and MFU ---------------------------------
+class FlopAccount:
+    """The FLOPs of the run's global step, counted once (train_step_flops, or a warm-up step
+    under flop_counter_mode), and the run's Compute record from them."""
+
+    def __init__(self, device_type: str, device_name: str, precision: str, world_size: int) -> None:
+        self.device_type = device_type
+        self.device_name = device_name
+        self.precision = precision
+        self.world_size = world_size
+        self.flops_per_step: int | None = None
+
+    def record(self, rank_flops: int) -> None:
+        # One rank's share of the step, times the ranks: the global step's FLOPs.
+        self.flops_per_step = self.world_size * int(rank_flops)
+        log.info("FLOPs per training step: %.4g (forward and backward)", self.flops_per_step)
+
+    def compute(self, steps: int, train_time_s: float) -> Compute | None:
+        """DEFINITIONS["Achieved TFLOP/s"] and ["MFU"] for `steps` trained in `train_time_s`."""
+        if self.flops_per_step is None or not train_time_s > 0:
+            return None
+        achieved = achieved_tflops(self.flops_per_step, steps, train_time_s)
+        peak = peak_tflops(self.device_type, self.device_name, self.precision)
+        if peak is not None:
+            peak *= self.world_size  # one device per process
+        return Compute(self.flops_per_step, achieved, peak, mfu(achieved, peak))

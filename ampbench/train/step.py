@@ -23,7 +23,7 @@ from ampbench.tracking import (
     safe_tracking_uri,
 )
 from ampbench.train.config import TrainConfig
-from ampbench.train.engine import Trainer
+from ampbench.train.loop import Trainer
 from ampbench.train.models import example_input
 from ampbench.world import world_from_env
 
