@@ -21,7 +21,7 @@ from children import ChildOutput, assert_resumed_mid_epoch, wait_for_checkpoint
 
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults
-from ampbench.train import checkpoint, device, setup
+from ampbench.train import arm, checkpoint, device
 from ampbench.train.config import TrainConfig
 from ampbench.train.flops import train_step_flops
 from ampbench.train.loop import Trainer, train
@@ -163,7 +163,7 @@ def tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """A small-cnn 8 channels wide: fp16 on a CPU runs scalar fallback kernels (100 images
     take 15 s at the usual width), and the GradScaler's bookkeeping is what is tested."""
     monkeypatch.setattr(
-        setup, "build_model", lambda name, classes, image_shape: small_cnn(classes, width=8)
+        arm, "build_model", lambda name, classes, image_shape: small_cnn(classes, width=8)
     )
 
 
@@ -481,7 +481,7 @@ def test_the_step_flops_counted_in_the_warm_up_are_those_of_a_step_of_their_own(
         steps_of_their_own.append(1)
         return train_step_flops(*args, **kwargs)
 
-    monkeypatch.setattr(setup, "train_step_flops", counted_apart)
+    monkeypatch.setattr(arm, "train_step_flops", counted_apart)
     in_warm_up, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=2))
     assert not steps_of_their_own
     apart, _ = train(small_config(synthetic_dataset, epochs=1, warmup_steps=0))

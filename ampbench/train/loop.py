@@ -32,6 +32,7 @@ from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
 from ampbench.results import ArmResults, EpochRecord
 from ampbench.train import distributed
+from ampbench.train.arm import ArmSetup
 from ampbench.train.checkpoint import host_copy
 from ampbench.train.config import TrainConfig
 from ampbench.train.data import epoch_order
@@ -40,13 +41,12 @@ from ampbench.train.flops import flop_counter_mode
 from ampbench.train.graphs import StepInputs, StepRunner
 from ampbench.train.precision import math_mode
 from ampbench.train.record import evaluate
-from ampbench.train.setup import ArmSetup
 
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
 
 
 class Trainer(ArmSetup):
-    """Trains and measures one arm (setup.py makes it): run() is the protocol, step by step."""
+    """Trains and measures one arm (arm.py sets it up): run() is the protocol, step by step."""
 
     def __init__(
         self, config: TrainConfig, on_epoch: Callable[[EpochRecord], None] | None = None
