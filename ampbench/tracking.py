@@ -279,14 +279,22 @@ class ArmRun:
         registered_model_name: str | None = None,
     ) -> str:
         """Flush (retrying), log artifacts and the model, end the run; raise if any is lost."""
+        import tenacity
+
         if self.system_metrics is not None:
             self.system_metrics.stop()
-        for attempt in range(FINAL_FLUSH_ATTEMPTS):
+
+        def flush_now() -> bool:
             self._next_attempt = 0.0
-            if self.flush():
-                break
-            time.sleep(min(30, 2**attempt))
-        else:
+            return self.flush()
+
+        flushed = tenacity.Retrying(
+            retry=tenacity.retry_if_result(lambda sent: not sent),
+            stop=tenacity.stop_after_attempt(FINAL_FLUSH_ATTEMPTS),
+            wait=tenacity.wait_exponential(multiplier=1, max=30),
+            retry_error_callback=lambda state: False,
+        )(flush_now)
+        if not flushed:
             what = f"{len(self.pending)} metric values"
             if self.run_id is None:
                 what += ", the run itself"

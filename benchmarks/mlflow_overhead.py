@@ -36,7 +36,7 @@ from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
 from ampbench.train.models import build_model, example_input
 from ampbench.train.precision import cpu_capability, cpu_name
-from ampbench.train.step import EPOCH_METRICS
+from ampbench.train.tracker import EPOCH_METRICS
 
 EPOCHS = 20
 CIFAR_TRAIN_IMAGES = 50_000

@@ -35,7 +35,7 @@ from ampbench.results import ArmResults, read_arm_results
 from ampbench.train import trainjob_run
 from ampbench.train.config import TrainConfig
 from ampbench.train.launch import HandOff, train_in_processes, train_on_nodes
-from ampbench.train.step import TrackingOptions
+from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import TrainJobSpec, manifest
 from ampbench.train.trainjob_run import CREATION_MARK
 

@@ -22,7 +22,8 @@ from ampbench.pipelines.local import LocalRun, summary_lines
 from ampbench.results import read_arm_results
 from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
-from ampbench.train.step import TrackingOptions, run_training
+from ampbench.train.step import run_training
+from ampbench.train.tracker import TrackingOptions
 
 if TYPE_CHECKING:
     from services import MlflowServer, Rgw
@@ -347,3 +348,13 @@ def test_an_arm_run_holds_its_weights_and_a_registered_model_only_when_asked(
     if registered:
         (version,) = client.search_model_versions(f"name='{name}'")
         assert version.run_id == run_id
+
+
+def test_only_rank_0_of_a_tracked_run_tracks() -> None:
+    """Under torchrun every rank trains; rank 0 alone has an MLflow run (MlflowTracker
+    imports MLflow when made, so none is made here for the others)."""
+    from ampbench.train.tracker import MlflowTracker, NoTracker, TrackingOptions, tracker_for
+
+    assert isinstance(tracker_for(None, 0), NoTracker)
+    assert isinstance(tracker_for(TrackingOptions("e"), 1), NoTracker)
+    assert isinstance(tracker_for(TrackingOptions("e"), 0), MlflowTracker)

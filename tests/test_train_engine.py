@@ -384,7 +384,8 @@ def test_nothing_else_runs_in_this_process_while_steps_are_timed(
     during timed steps (MLflow sends between epochs)."""
     from mlflow import MlflowClient
 
-    from ampbench.train.step import TrackingOptions, run_training
+    from ampbench.train.step import run_training
+    from ampbench.train.tracker import TrackingOptions
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

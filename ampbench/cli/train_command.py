@@ -146,7 +146,7 @@ def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff
     """The arm `ampbench train`'s options state: from --config's file, or from the options."""
     from ampbench.train.config import TrainConfig
     from ampbench.train.launch import HandOff
-    from ampbench.train.step import TrackingOptions
+    from ampbench.train.tracker import TrackingOptions
 
     given = sorted(
         "--" + name.replace("_", "-")

@@ -25,7 +25,7 @@ from ampbench.results import (
     write_json,
 )
 from ampbench.train.config import TrainConfig
-from ampbench.train.step import TrackingOptions
+from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import DEFAULT_TIMEOUT_S, TrainJobSpec
 
 MODEL_FILE = "model.pt"

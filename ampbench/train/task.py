@@ -22,7 +22,8 @@ from ampbench.matrix import run_name
 from ampbench.results import ArmResults
 from ampbench.train.config import TrainConfig
 from ampbench.train.launch import train_in_processes, train_on_nodes, trainjob_name
-from ampbench.train.step import TrackingOptions, requested_resources_in_pod, run_training
+from ampbench.train.step import requested_resources_in_pod, run_training
+from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import DEFAULT_RUNTIME, DEFAULT_TIMEOUT_S, TrainJobSpec
 
 

@@ -85,8 +85,8 @@ def train(
 
     from ampbench.errors import reported_as_step
     from ampbench.train.config import TrainConfig
-    from ampbench.train.step import TrackingOptions, summary
     from ampbench.train.task import Placement, run_train_task
+    from ampbench.train.tracker import TrackingOptions, summary
 
     with reported_as_step(f"train-{precision}"):
         config = TrainConfig(
