@@ -1,8 +1,8 @@
 """MLflow tracking that never costs a timed step: buffered, batched, retried, never silent.
 
-Each training arm is a child run; the compare step creates the pipeline run's parent run and
-adopts the children (MLflow nests runs by their `mlflow.parentRunId` tag), so that parallel
-training tasks never race to create the parent.
+Each training arm is a child run (ArmRun); the compare step creates the pipeline run's parent
+run and adopts the children (parent_run.py), so that parallel training tasks never race to
+create the parent.
 
 Default tracking URI: a sqlite file `mlflow.db` in the current directory; MLFLOW_TRACKING_URI
 overrides it (an http(s):// server, for example).
@@ -24,7 +24,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
-from ampbench.results import RESULTS_FILE
 
 DEFAULT_EXPERIMENT = "ampbench"
 PARENT_TAG = "mlflow.parentRunId"
@@ -85,7 +84,7 @@ def runs_table_url(base: str, experiment_id: str) -> str:
     return f"{base}/#/experiments/{experiment_id}/runs"
 
 
-def _client() -> Any:
+def mlflow_client() -> Any:
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri())
@@ -203,7 +202,7 @@ class ArmRun:
         self.params_logged = False
         self.pending: list[Any] = []
         self.run_id: str | None = None
-        self.client = _client()
+        self.client = mlflow_client()
         self._failing = False
         self._next_attempt = 0.0  # time.monotonic() before which flush() does not try
         self.flush()  # create the run now, before the clock starts
@@ -390,30 +389,6 @@ def mlflow_errors(what: str) -> Iterator[None]:
         ) from None
 
 
-def open_parent_run(
-    experiment: str,
-    run_name: str,
-    tags: Mapping[str, str],
-    params: Mapping[str, Any],
-    children: list[str],
-) -> tuple[str, str]:
-    """Create the pipeline run's parent run, with its params, and nest the arms' runs under it;
-    return its run id and its experiment's id."""
-    from mlflow.entities import Param
-
-    with mlflow_errors("creating the pipeline's parent run"):
-        client = _client()
-        run = client.create_run(
-            experiment_id(client, experiment), run_name=run_name, tags=dict(tags)
-        )
-        flat = [Param(key, value) for key, value in flatten_params(params).items()]
-        for start in range(0, len(flat), MAX_PARAMS_PER_BATCH):
-            client.log_batch(run.info.run_id, params=flat[start : start + MAX_PARAMS_PER_BATCH])
-        for child in children:
-            client.set_tag(child, PARENT_TAG, run.info.run_id)
-        return run.info.run_id, run.info.experiment_id
-
-
 def log_named_artifacts(client: Any, run_id: str, artifacts: Mapping[str, Path]) -> None:
     """Log files under the given artifact names (KFP names its output files 'results',
     'report', ...; MLflow users should see results.json, report.md, ...)."""
@@ -422,88 +397,3 @@ def log_named_artifacts(client: Any, run_id: str, artifacts: Mapping[str, Path])
             (Path(staging) / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(staging) / name)
         client.log_artifacts(run_id, staging)
-
-
-def finish_parent_run(
-    run_id: str, artifacts: Mapping[str, Path], metrics: Mapping[str, float]
-) -> None:
-    """Log the headline metrics and the artifacts (saved under the given names); end the run."""
-    from mlflow.entities import Metric
-
-    with mlflow_errors(f"logging the report to run {run_id}"):
-        client = _client()
-        now = int(time.time() * 1000)
-        client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
-        log_named_artifacts(client, run_id, artifacts)
-        client.set_terminated(run_id, "FINISHED")
-
-
-def download_arm_results(
-    experiment: str, parent_run_id: str | None, directory: Path
-) -> tuple[str, str, list[Path]]:
-    """The results.json of every arm run of a pipeline run, from MLflow alone.
-
-    Returns (parent run id, baseline precision, results files); without a parent run id,
-    the newest pipeline run of the experiment.
-    """
-    with mlflow_errors("reading the runs"):
-        client = _client()
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            raise AmpbenchError(
-                f"--experiment {experiment}: no such experiment at {safe_tracking_uri()}"
-            )
-        if parent_run_id is None:
-            parents = client.search_runs(
-                [found.experiment_id],
-                filter_string=f"tags.`{BASELINE_TAG}` != ''",
-                order_by=["attributes.start_time DESC"],
-                max_results=1,
-            )
-            if not parents:
-                raise AmpbenchError(f"--experiment {experiment}: holds no ampbench pipeline run")
-            parent = parents[0]
-        else:
-            parent = _get_run(client, parent_run_id)
-        baseline = parent.data.tags.get(BASELINE_TAG)
-        if not baseline:
-            raise AmpbenchError(
-                f"run {parent.info.run_id}: not the parent run of an ampbench pipeline"
-            )
-        children = client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
-        )
-        arms: list[Path] = []
-        for child in children:
-            target = directory / child.info.run_id
-            target.mkdir(parents=True, exist_ok=True)
-            try:
-                local = client.download_artifacts(child.info.run_id, RESULTS_FILE, str(target))
-            except Exception:
-                raise AmpbenchError(
-                    f"arm run {child.info.run_id} has no {RESULTS_FILE} (its training did "
-                    "not finish?)"
-                ) from None
-            arms.append(Path(local))
-    if not arms:
-        raise AmpbenchError(f"run {parent.info.run_id}: has no arm runs")
-    return parent.info.run_id, baseline, arms
-
-
-def find_experiment_id(name: str) -> str | None:
-    """The id of the experiment called `name`, or None where the store has none by that name."""
-    with mlflow_errors(f"looking up experiment '{name}'"):
-        found = _client().get_experiment_by_name(name)
-    return None if found is None else found.experiment_id
-
-
-def _get_run(client: Any, run_id: str) -> Any:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_run(run_id)
-    except MlflowException as error:
-        if error.error_code == "RESOURCE_DOES_NOT_EXIST":
-            raise AmpbenchError(f"--parent-run-id {run_id}: no such run") from None
-        raise

@@ -41,7 +41,7 @@ def add_report(commands: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     from ampbench.compare.report import render_text
     from ampbench.compare.step import CompareOutputs, run_comparison
-    from ampbench.tracking import download_arm_results
+    from ampbench.parent_run import download_arm_results
 
     with tempfile.TemporaryDirectory() as downloads:
         parent, baseline, arms = download_arm_results(
@@ -71,8 +71,8 @@ def add_ui(commands: argparse._SubParsersAction) -> None:
 
 
 def _ui(args: argparse.Namespace) -> int:
+    from ampbench.parent_run import find_experiment_id
     from ampbench.tracking import (
-        find_experiment_id,
         local_store,
         local_ui_base,
         runs_table_url,

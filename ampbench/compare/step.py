@@ -14,15 +14,9 @@ from ampbench.compare.report import render_html, render_markdown
 from ampbench.comparison import Comparison
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
-from ampbench.results import ArmResults, read_arm_results, write_json
-from ampbench.tracking import (
-    BASELINE_TAG,
-    DEFAULT_EXPERIMENT,
-    PIPELINE_RUN_TAG,
-    RESULTS_FILE,
-    finish_parent_run,
-    open_parent_run,
-)
+from ampbench.parent_run import finish_parent_run, open_parent_run
+from ampbench.results import RESULTS_FILE, ArmResults, read_arm_results, write_json
+from ampbench.tracking import BASELINE_TAG, DEFAULT_EXPERIMENT, PIPELINE_RUN_TAG
 from ampbench.train import BASELINE_PRECISION
 
 
