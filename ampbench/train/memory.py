@@ -124,7 +124,10 @@ class MemoryMeter:
         def above(value: tuple[float, float], base: tuple[float, float]) -> tuple[float, float]:
             return max(0.0, value[0] - base[0]) / MB, max(0.0, value[1] - base[1]) / MB
 
-        train, train_reserved = above(self.train_peak, self.resident)
+        # A resident mark below the baseline (pages freed on the way, on a CPU) is the baseline:
+        # the training peak is then never above the whole run's.
+        floor = (max(self.resident[0], self.baseline[0]), max(self.resident[1], self.baseline[1]))
+        train, train_reserved = above(self.train_peak, floor)
         total, total_reserved = above(self.total_peak, self.baseline)
         return Memory(
             kind="cuda_allocated" if self.cuda else "cpu_rss",
