@@ -12,7 +12,7 @@ read -r -a MODULES <<<"${MODULES:-ampbench/compare/analysis.py ampbench/compare/
 ampbench/compare/wording.py ampbench/compare/published.py ampbench/compare/stats.py \
 ampbench/train/precision.py ampbench/results.py ampbench/comparison.py ampbench/old_results.py \
 ampbench/data/dataset.py}"
-read -r -a TESTS <<<"${TESTS:-tests/test_compare.py tests/test_prepare.py tests/test_precision.py tests/test_results.py}"
+read -r -a TESTS <<<"${TESTS:-tests/test_compare.py tests/test_wording.py tests/test_prepare.py tests/test_precision.py tests/test_results.py}"
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
@@ -36,13 +36,13 @@ cp pyproject.toml "$STAGE/"
     # The real CIFAR-10 archive's test takes 15 s, more than the rest of test_prepare.py;
     # what it checks of dataset.py (a stratified, seeded subset) is checked on small data too.
     echo "pytest_add_cli_args="
-    printf '    %s\n' -p no:xdist -p no:cacheprovider \
+    printf '    %s\n' -p no:xdist -p no:cacheprovider -p mutation_order \
         --deselect=tests/test_prepare.py::test_cifar10_archive_subset_is_stratified_and_seeded
 } >"$STAGE/setup.cfg"
 
 cd "$STAGE"
 start=$SECONDS
-"$BIN/mutmut" run --max-children "${JOBS:-2}" >mutmut-run.log 2>&1 || {
+PYTHONPATH="$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}" "$BIN/mutmut" run --max-children "${JOBS:-2}" >mutmut-run.log 2>&1 || {
     tail -40 mutmut-run.log
     exit 1
 }

@@ -235,7 +235,7 @@ def compare_arms(
     }
     headline = next(iter(comparisons))
     first = paired[baseline_of[headline]][0]
-    notes = Notes.of(paired, summaries, found, unpaired, above_chance)
+    notes = Notes.of(paired, first, summaries, found, unpaired, above_chance)
     groups = list(dict.fromkeys(group_of.values()))
     best = best_per_model(summaries, comparisons)
     at_chance = bool(notes.at_chance)
@@ -248,7 +248,7 @@ def compare_arms(
         baseline=baseline,
         headline_arm=headline,
         verdict=sentence,
-        warnings=notes.warnings(first),
+        warnings=notes.warnings(),
         accuracy_at_chance=at_chance,
         settings=_settings(first, paired, group_by, common),
         arms=summaries,

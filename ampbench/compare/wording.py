@@ -106,24 +106,30 @@ class Notes:
     schema_1: bool
     unpaired: dict[str, list[int]]
     at_chance: list[str]
+    classes: int  # chance is 1/classes, as in the headline's baseline
     missed_target: list[str]
+    target_accuracy: float | None  # the target the runs in missed_target missed
 
     @classmethod
     def of(
         cls,
         paired: Mapping[str, Sequence[ArmResults]],
+        first: ArmResults,
         summaries: Mapping[str, ArmSummary],
         found: list[str],
         unpaired: dict[str, list[int]],
         above_chance: Callable[[ArmResults], bool],
     ) -> Notes:
+        runs = [(name, run) for name, arm_runs in paired.items() for run in arm_runs]
+
         def runs_where(keep: Callable[[ArmResults], object]) -> list[str]:
-            return [
-                f"{name} seed {run.seed}"
-                for name, runs in paired.items()
-                for run in runs
-                if keep(run)
-            ]
+            return [f"{name} seed {run.seed}" for name, run in runs if keep(run)]
+
+        missed = [
+            run.time_to_target
+            for _, run in runs
+            if run.time_to_target and not run.time_to_target.reached
+        ]
 
         emulated = [name for name, summary in summaries.items() if summary.precision.emulated]
         return cls(
@@ -139,14 +145,15 @@ class Notes:
             schema_1=any(r.upgraded_from_schema == 1 for runs in paired.values() for r in runs),
             unpaired=unpaired,
             at_chance=runs_where(lambda run: not above_chance(run)),
+            classes=first.dataset.classes,
             missed_target=runs_where(
                 lambda run: run.time_to_target and not run.time_to_target.reached
             ),
+            target_accuracy=missed[0].target_accuracy if missed else None,
         )
 
-    def warnings(self, first: ArmResults) -> list[str]:
-        """The warnings, in the order the report prints them; `first` is the headline's
-        baseline run of the first seed (its class count and target accuracy)."""
+    def warnings(self) -> list[str]:
+        """The warnings, in the order the report prints them."""
         warnings = []
         if self.found:
             warnings.append(
@@ -177,14 +184,13 @@ class Notes:
             warnings.append(f"Left out, with no partner in every arm: {left_out}.")
         if self.at_chance:
             warnings.append(
-                f"Accuracy is at chance level (1/{first.dataset.classes}) in "
+                f"Accuracy is at chance level (1/{self.classes}) in "
                 f"{', '.join(self.at_chance)}: too short (or diverged) to judge accuracy."
             )
         if self.missed_target:
-            target = first.time_to_target.target_accuracy if first.time_to_target else None
             warnings.append(
-                f"Never reached the target accuracy {target}: {', '.join(self.missed_target)} "
-                "(their time to target is left out, and so are their pairs in the "
-                "time-to-target ratio)."
+                f"Never reached the target accuracy {self.target_accuracy}: "
+                f"{', '.join(self.missed_target)} (their time to target is left out, and so are "
+                "their pairs in the time-to-target ratio)."
             )
         return warnings
