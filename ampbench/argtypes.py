@@ -4,6 +4,7 @@ that says what is wrong), and the help format that shows every option's default.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 
 from ampbench.errors import AmpbenchError
 from ampbench.image_reference import check_image_reference
@@ -49,6 +50,17 @@ def positive_number(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
     return value
+
+
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """A value among `choices`."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"'{text}' is not one of {', '.join(choices)}")
+        return text
+
+    return parse
 
 
 def seed_list(text: str) -> list[int]:

@@ -25,6 +25,12 @@ CONFIG_MAP_KEYS = (
     CHECKPOINT_URI_ENV,
 )
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+# What a training pod (and each node of its TrainJob) asks for unless the run says otherwise.
+GPU_RESOURCE = "nvidia.com/gpu"
+TRAIN_CPU = "4"
+TRAIN_MEMORY = "32Gi"
+# NVIDIA's GPU operator taints GPU nodes so; training pods tolerate it.
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def in_pod() -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ampbench.errors import AmpbenchError
 from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, PRECISIONS
@@ -119,29 +120,15 @@ def check_runs(runs: object, baseline: str) -> list[MatrixRun]:
 
 
 def check_matrix(
-    runs: object,
-    baseline: str,
-    *,
-    epochs: int,
-    lr: float,
-    subset: int,
-    image_size: int,
-    grad_comm: str = TrainConfig.grad_comm,
-    processes: int = 1,
+    runs: object, baseline: str, *, subset: int = 0, processes: int = 1, **training: Any
 ) -> list[MatrixRun]:
-    """check_runs, and the training settings of every (model, batch size) group: what `ampbench
-    run`, `ampbench submit` and the prepare step check before any training task starts (those
-    are retried on failure, and a user's mistake must reach the user once, in seconds)."""
+    """check_runs, and the training settings (TrainConfig's fields) of every (model, batch
+    size) group: what `ampbench run`, `ampbench submit` and the prepare step check before any
+    training task starts (those are retried on failure, and a user's mistake must reach the
+    user once, in seconds)."""
     parsed = check_runs(runs, baseline)
     for model, batch_size in sorted({(run.model, run.batch_size) for run in parsed}):
         check_pipeline_settings(
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            model=model,
-            subset=subset,
-            image_size=image_size,
-            grad_comm=grad_comm,
-            processes=processes,
+            batch_size=batch_size, model=model, subset=subset, processes=processes, **training
         )
     return parsed

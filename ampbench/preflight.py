@@ -5,78 +5,66 @@ retried on failure, so a user's mistake must reach the user there, once, in one 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any, Literal
 
 from ampbench.cluster import check_tracking_server
 from ampbench.errors import AmpbenchError
+from ampbench.experiment import Experiment, TrainingSettings, section_values
 from ampbench.matrix import MatrixRun, check_matrix
-from ampbench.train import BASELINE_PRECISION
-from ampbench.train.config import TrainConfig, processes_per_arm
+from ampbench.train.config import TrainConfig
 
 # run: the local runner trains on this machine; submit: a cluster will; prepare: the
 # pipeline's first step, on the cluster or under the local runner.
 Where = Literal["run", "submit", "prepare"]
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What a pipeline run will train: its matrix, and the settings its training tasks share.
-    Each task runs gpu_count x num_nodes processes (at least one each) of the arm's batch."""
-
-    runs: list[Any] = field(default_factory=list)
-    baseline_precision: str = BASELINE_PRECISION
-    epochs: int = TrainConfig.epochs
-    lr: float = TrainConfig.lr
-    subset: int = TrainConfig.subset
-    image_size: int = TrainConfig.image_size
-    grad_comm: str = TrainConfig.grad_comm
-    gpu_count: int = 1
-    num_nodes: int = 1
-    allow_emulated: bool = TrainConfig.allow_emulated
-    tracking: bool = False
-
-    @property
-    def processes(self) -> int:
-        return processes_per_arm(self.gpu_count, self.num_nodes)
-
-
-# Each of Plan's fields is the pipeline parameter of its name (tests/test_pipeline.py).
-PLAN_PARAMETERS = tuple(f.name for f in fields(Plan))
-
-
-def preflight(plan: Plan, where: Where) -> list[MatrixRun]:
-    """The plan's runs, checked; raises AmpbenchError naming the first mistake.
+def preflight(experiment: Experiment, where: Where) -> list[MatrixRun]:
+    """The experiment's runs, checked; raises AmpbenchError naming the first mistake.
 
     Everywhere: the resources, the matrix (keys, a baseline in every group, no run twice) and
     every group's training settings. In the prepare step, a tracking server where tracking is
     on (in a pod). For `run`, every precision must run natively on this machine (or emulated
     where allowed). An empty matrix (the prepare step run by itself) checks no runs.
     """
+    resources = experiment.resources
     for name, least in (("num_nodes", 1), ("gpu_count", 0)):
-        value = int(getattr(plan, name))
+        value = int(getattr(resources, name))
         if value < least:
             raise AmpbenchError(
                 f"--{name.replace('_', '-')}: must be at least {least}, not {value}"
             )
-    if where == "prepare" and plan.tracking:
+    if where == "prepare" and experiment.tracking.tracking:
         check_tracking_server()
-    if not plan.runs and where == "prepare":
+    arms = experiment.arms
+    if not arms.runs and where == "prepare":
         return []
     runs = check_matrix(
-        plan.runs,
-        plan.baseline_precision,
-        epochs=plan.epochs,
-        lr=plan.lr,
-        subset=plan.subset,
-        image_size=plan.image_size,
-        grad_comm=plan.grad_comm,
-        processes=plan.processes,
+        arms.runs,
+        arms.baseline_precision,
+        subset=experiment.dataset.subset,
+        processes=experiment.processes,
+        image_size=experiment.dataset.image_size,
+        **_train_settings(experiment.training),
     )
     if where == "run":
-        precisions = [plan.baseline_precision, *(run.precision for run in runs)]
-        _check_precisions_here(list(dict.fromkeys(precisions)), plan.allow_emulated)
+        precisions = [arms.baseline_precision, *(run.precision for run in runs)]
+        _check_precisions_here(list(dict.fromkeys(precisions)), experiment.training.allow_emulated)
     return runs
+
+
+# What a training task settles itself: where it checkpoints (in a pod, the ConfigMap's place).
+TASK_SETTLED = ("checkpoint_dir", "checkpoint_every")
+
+
+def _train_settings(training: TrainingSettings) -> dict[str, Any]:
+    """The training leaves that are TrainConfig's settings, as each task will check them."""
+    config_fields = {f.name for f in fields(TrainConfig)}
+    return {
+        name: value
+        for name, value in section_values(training).items()
+        if name in config_fields and name not in TASK_SETTLED
+    }
 
 
 def _check_precisions_here(precisions: list[str], allow_emulated: bool) -> None:

@@ -156,14 +156,14 @@ def _run_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return arguments
 
 
-def _preflight(args: argparse.Namespace, arguments: dict[str, Any]) -> None:
-    """The checks `run` makes too, on the settings the run will have (the defaults filled in)."""
-    from ampbench.preflight import PLAN_PARAMETERS, Plan, preflight
+def _preflight(arguments: dict[str, Any]) -> None:
+    """The checks `run` makes too, on the experiment the run will have (the parameters not
+    sent keep the pipeline's defaults, which are the experiment's)."""
+    from ampbench.experiment import Experiment
+    from ampbench.preflight import preflight
 
-    defaults = {parameter.name: parameter.default for parameter in args.pipeline_parameters}
-    settings = {**defaults, **{k: v for k, v in arguments.items() if v is not None}}
-    plan = Plan(**{name: settings[name] for name in PLAN_PARAMETERS})
-    preflight(plan, "submit")
+    given = {name: value for name, value in arguments.items() if value is not None}
+    preflight(Experiment.from_parameters(given), "submit")
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -172,7 +172,7 @@ def _submit(args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.wait:
         raise AmpbenchError("--timeout applies to --wait only")
     arguments = _run_arguments(args)
-    _preflight(args, arguments)
+    _preflight(arguments)
     client = make_client(args.host, args.namespace, args.token_file)
     run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
     with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:

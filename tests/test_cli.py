@@ -461,3 +461,37 @@ def test_submit_refuses_impossible_scales(
     option: list[str], pattern: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert pattern in one_line_error(capsys, ["submit", *option])
+
+
+def test_run_passes_the_experiment_its_options_state() -> None:
+    """`run` has an option per leaf of the experiment it can use (ampbench/experiment.py), and
+    hands the pipeline the experiment they state: the others at the tree's defaults."""
+    from ampbench.cli.pipeline_commands import _experiment, _matrix_runs
+    from ampbench.experiment import Experiment, parameters
+
+    parser = build_parser("run")
+    (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags = commands.choices["run"]._option_string_actions
+    for leaf in parameters():
+        if leaf.section in ("dataset", "training", "tracking", "comparison"):
+            assert "--" + leaf.flag in flags, leaf.name
+    argv = ["run", "--data", "synthetic", "--subset", "200", "--epochs", "3", "--lr", "0.05"]
+    argv += ["--grad-comm", "bf16", "--checkpoint-dir", "/c", "--checkpoint-every", "5"]
+    argv += ["--no-tracking", "--register-model", "m", "--experiment", "e", "--no-cuda-graphs"]
+    argv += ["--allow-mismatch", "--max-accuracy-drop", "1.5", "--target-accuracy", "0.5"]
+    argv += ["--image-size", "48", "--allow-emulated", "--baseline-precision", "bf16"]
+    args = parser.parse_args(argv)
+    experiment = _experiment(args, _matrix_runs(args))
+    stated = {
+        "data": "synthetic", "subset": 200, "epochs": 3, "lr": 0.05, "grad_comm": "bf16",
+        "checkpoint_dir": "/c", "checkpoint_every": 5, "tracking": False,
+        "registered_model_name": "m", "experiment": "e", "cuda_graphs": False,
+        "allow_mismatch": True, "max_accuracy_drop": 1.5, "target_accuracy": 0.5,
+        "image_size": 48, "allow_emulated": True, "baseline_precision": "bf16",
+    }  # fmt: skip
+    runs = [
+        {"model": "resnet18", "batch_size": 8, "precision": p, "seed": 0} for p in ("bf16", "amp")
+    ]
+    assert experiment.parameters() == Experiment().parameters() | stated | {"runs": runs}
+    default = _experiment(parser.parse_args(["run"]), [])
+    assert default.parameters() == Experiment().parameters() | {"runs": []}

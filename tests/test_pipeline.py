@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from ampbench.pipelines.compile import compile_pipeline
+from ampbench.pipelines.parameter_options import pipeline_parameters
 
 
 @pytest.fixture(scope="module")
@@ -256,9 +257,23 @@ def test_the_train_timeout_chosen_at_compile_time_reaches_the_task_and_its_train
     assert task["inputs"]["parameters"]["timeout_s"] == {"runtimeValue": {"constant": 1234}}
 
 
-def test_the_preflight_plan_reads_pipeline_parameters(compiled: list[dict[str, Any]]) -> None:
-    """`ampbench submit` fills preflight's Plan from the pipeline's parameters by name."""
-    from ampbench.preflight import PLAN_PARAMETERS
+def test_the_pipeline_parameters_are_the_experiments_leaves(
+    compiled: list[dict[str, Any]],
+) -> None:
+    """One definition (ampbench/experiment.py): each leaf is a parameter of its name, default,
+    type and description, in the tree's order, and `submit` reads the experiment back by name."""
+    from ampbench.experiment import Experiment, parameters
 
-    parameters = compiled[0]["root"]["inputDefinitions"]["parameters"]
-    assert set(PLAN_PARAMETERS) <= set(parameters)
+    kinds = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE", bool: "BOOLEAN"}
+    kinds |= {list: "LIST", dict: "STRUCT"}
+    declared = compiled[0]["root"]["inputDefinitions"]["parameters"]
+    assert set(declared) == {leaf.name for leaf in parameters()}
+    for leaf in parameters():
+        spec = declared[leaf.name]
+        assert spec["parameterType"] == kinds[leaf.type], leaf.name
+        assert spec["defaultValue"] == leaf.default, leaf.name
+        assert spec["description"] == leaf.description, leaf.name
+    names = [parameter.name for parameter in pipeline_parameters()]
+    assert names == [leaf.name for leaf in parameters()]
+    defaults = {parameter.name: parameter.default for parameter in pipeline_parameters()}
+    assert Experiment.from_parameters(defaults) == Experiment()

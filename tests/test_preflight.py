@@ -8,11 +8,17 @@ import torch
 
 from ampbench.cluster import POD_ENV
 from ampbench.errors import AmpbenchError
+from ampbench.experiment import Experiment
 from ampbench.matrix import DEFAULT_RUNS, matrix_runs
-from ampbench.preflight import Plan, preflight
+from ampbench.preflight import preflight
 
 WHERE = ("run", "submit", "prepare")
 RUNS = matrix_runs(["small-cnn"], [32], ["bf16"], [0, 1])
+
+
+def plan(runs: list | None = None, **settings: object) -> Experiment:
+    """An experiment of these runs (none by default) and settings (pipeline parameters)."""
+    return Experiment.from_parameters({"runs": runs or [], **settings})
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -25,30 +31,30 @@ RUNS = matrix_runs(["small-cnn"], [32], ["bf16"], [0, 1])
 )
 def test_resources_are_checked_everywhere(where: str, resources: dict, error: str) -> None:
     with pytest.raises(AmpbenchError) as raised:
-        preflight(Plan(RUNS, **resources), where)  # type: ignore[arg-type]
+        preflight(plan(RUNS, **resources), where)  # type: ignore[arg-type]
     assert str(raised.value) == error
 
 
 @pytest.mark.parametrize("where", WHERE)
 def test_the_matrix_and_its_settings_are_checked_everywhere(where: str) -> None:
-    runs = preflight(Plan(RUNS, allow_emulated=True), where)  # type: ignore[arg-type]
+    runs = preflight(plan(RUNS, allow_emulated=True), where)  # type: ignore[arg-type]
     assert [(run.precision, run.seed) for run in runs] == [
         ("fp32", 0), ("fp32", 1), ("bf16", 0), ("bf16", 1)
     ]  # fmt: skip
     with pytest.raises(AmpbenchError, match=r"^runs: model small-cnn at batch size 32 has no"):
-        preflight(Plan([run for run in RUNS if run["precision"] != "fp32"]), where)  # type: ignore[arg-type]
+        preflight(plan([run for run in RUNS if run["precision"] != "fp32"]), where)  # type: ignore[arg-type]
     # Each group's settings, as its training tasks would check them, and against --subset.
     with pytest.raises(AmpbenchError, match=r"^--lr: must be positive, not 0"):
-        preflight(Plan(RUNS, lr=0.0), where)  # type: ignore[arg-type]
+        preflight(plan(RUNS, lr=0.0), where)  # type: ignore[arg-type]
     with pytest.raises(AmpbenchError, match=r"^--batch-size 32 x 2 processes .* --subset 40"):
-        preflight(Plan(RUNS, subset=40, gpu_count=2), where)  # type: ignore[arg-type]
+        preflight(plan(RUNS, subset=40, gpu_count=2), where)  # type: ignore[arg-type]
 
 
 def test_only_the_prepare_step_may_have_no_matrix() -> None:
-    assert preflight(Plan(), "prepare") == []
+    assert preflight(plan(), "prepare") == []
     for where in ("run", "submit"):
         with pytest.raises(AmpbenchError, match=r"^runs"):
-            preflight(Plan(), where)  # type: ignore[arg-type]
+            preflight(plan(), where)  # type: ignore[arg-type]
 
 
 def test_the_prepare_step_in_a_pod_refuses_tracking_without_a_server(
@@ -57,10 +63,10 @@ def test_the_prepare_step_in_a_pod_refuses_tracking_without_a_server(
     monkeypatch.setenv(POD_ENV, "10.0.0.1")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(AmpbenchError, match=r"^tracking is on, but MLFLOW_TRACKING_URI names no"):
-        preflight(Plan(DEFAULT_RUNS, tracking=True), "prepare")
-    assert preflight(Plan(DEFAULT_RUNS, tracking=False), "prepare")
+        preflight(plan(DEFAULT_RUNS, tracking=True), "prepare")
+    assert preflight(plan(DEFAULT_RUNS, tracking=False), "prepare")
     # The server is the cluster's business: submit, from a laptop, does not ask.
-    assert preflight(Plan(DEFAULT_RUNS, tracking=True), "submit")
+    assert preflight(plan(DEFAULT_RUNS, tracking=True), "submit")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="TF32 runs on a CUDA GPU")
@@ -68,6 +74,18 @@ def test_run_trains_here_so_each_precision_must_run_here() -> None:
     """TF32 is a CUDA mode: a CPU refuses it, emulation or not, for `run` alone."""
     runs = matrix_runs(["small-cnn"], [32], ["tf32"], [0])
     with pytest.raises(AmpbenchError, match=r"^--precision tf32: TF32 is a CUDA tensor-core mode"):
-        preflight(Plan(runs, allow_emulated=True), "run")
+        preflight(plan(runs, allow_emulated=True), "run")
     for where in ("submit", "prepare"):
-        assert len(preflight(Plan(runs), where)) == 2  # type: ignore[arg-type]
+        assert len(preflight(plan(runs), where)) == 2  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_every_training_leaf_is_checked_as_a_task_would(where: str) -> None:
+    """The training section's settings reach TrainConfig's rules before anything trains; the
+    checkpoint place is the task's to settle (in a pod, from the ConfigMap)."""
+    with pytest.raises(AmpbenchError, match=r"^--target-accuracy: must be in \[0, 1\]"):
+        preflight(plan(RUNS, target_accuracy=2.0), where)  # type: ignore[arg-type]
+    with pytest.raises(AmpbenchError, match=r"^--grad-comm: 'fp64' is not one of"):
+        preflight(plan(RUNS, grad_comm="fp64"), where)  # type: ignore[arg-type]
+    settled = plan(RUNS, checkpoint_dir="", checkpoint_every=200, allow_emulated=True)
+    assert preflight(settled, where)  # type: ignore[arg-type]

@@ -3,31 +3,51 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from typing import Any
 
-from ampbench.argtypes import model_name, non_negative_int, non_negative_number, positive_int
-from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.argtypes import model_name, non_negative_number, positive_int
+
+# The experiment's leaves `run` and `train` share: each an option of the leaf's name.
+SHARED_LEAVES = (
+    "subset", "epochs", "lr", "image_size", "target_accuracy", "allow_emulated", "cuda_graphs",
+    "experiment", "tracking",
+)  # fmt: skip
+
+
+def add_experiment_options(
+    parser: argparse.ArgumentParser, sections: Iterable[str] = (), names: Iterable[str] = ()
+) -> None:
+    """An option per leaf of the experiment (ampbench/experiment.py) in `sections` or `names`,
+    unless the parser has its flag already: the leaf's flag, default, type and description."""
+    from ampbench.experiment import parameters
+
+    sections, names = set(sections), set(names)
+    for leaf in parameters():
+        flag = "--" + leaf.flag
+        if flag in parser._option_string_actions or not (
+            leaf.section in sections or leaf.name in names
+        ):
+            continue
+        options: dict[str, Any] = {"dest": leaf.name, "default": leaf.default}
+        if leaf.type is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = leaf.parse
+            options["metavar"] = leaf.flag.upper().replace("-", "_")
+        parser.add_argument(flag, help=leaf.description.replace("%", "%%"), **options)
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
-    """What `run` and `train` share, with TrainConfig's defaults."""
+    """What `run` and `train` share: the model and batch, and SHARED_LEAVES."""
     from ampbench.train.config import MODEL_FORMS, TrainConfig
 
-    parser.add_argument(
-        "--subset",
-        type=non_negative_int,
-        default=TrainConfig.subset,
-        help="at most N images per split (0: all)",
-    )
-    parser.add_argument(
-        "--epochs", type=positive_int, default=TrainConfig.epochs, help="training epochs"
-    )
     parser.add_argument(
         "--batch-size",
         type=positive_int,
         default=TrainConfig.batch_size,
         help="images per training step",
     )
-    parser.add_argument("--lr", type=float, default=TrainConfig.lr, help="peak learning rate")
     parser.add_argument(
         "--model",
         type=model_name,
@@ -36,36 +56,7 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         "image_shape (channels, height, width), returning an nn.Module that maps (N, C, H, W) "
         "images to (N, num_classes) logits)",
     )
-    parser.add_argument(
-        "--image-size",
-        type=non_negative_int,
-        default=TrainConfig.image_size,
-        metavar="SIZE",
-        help="train and evaluate on SIZE x SIZE images, resized bilinearly on the device per "
-        "batch (0: as prepared)",
-    )
-    parser.add_argument(
-        "--target-accuracy",
-        type=non_negative_number,
-        default=TrainConfig.target_accuracy,
-        metavar="A",
-        help="stop each arm at the first epoch whose test accuracy reaches A and record its "
-        "time to target (0: off; the epochs are the limit)",
-    )
-    parser.add_argument(
-        "--allow-emulated",
-        action="store_true",
-        help="measure a precision this device has no native math for (labelled emulated)",
-    )
-    parser.add_argument(
-        "--cuda-graphs",
-        action=argparse.BooleanOptionalAction,
-        default=TrainConfig.cuda_graphs,
-        help="on a CUDA GPU, replay each training step as one CUDA graph (the kernel launches "
-        "out of the way); --no-cuda-graphs trains eagerly. Not under torchrun",
-    )
-    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    add_experiment_options(parser, names=SHARED_LEAVES)
 
 
 def add_comparison_options(parser: argparse.ArgumentParser) -> None:

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ampbench import storage
 from ampbench.argtypes import batch_size_list, model_list, precision_list, seed_list
-from ampbench.cli.options import add_comparison_options, add_training_options
+from ampbench.cli.options import (
+    add_comparison_options,
+    add_experiment_options,
+    add_training_options,
+)
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+
+if TYPE_CHECKING:
+    from ampbench.experiment import Experiment
 
 
 # -- run ----------------------------------------------------------------------------------------
@@ -19,7 +26,6 @@ def add_run(commands: argparse._SubParsersAction) -> None:
     from ampbench.train import (
         AMP_PRECISION,
         BASELINE_PRECISION,
-        DEFAULT_DATA,
         PRECISIONS,
     )
 
@@ -29,12 +35,7 @@ def add_run(commands: argparse._SubParsersAction) -> None:
         description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
         "runner, track the runs in MLflow, and print the RESULTS block.",
     )
-    parser.add_argument(
-        "--data",
-        default=DEFAULT_DATA,
-        help="synthetic, cifar10, cifar100, a path (ImageFolder tree or archive, CIFAR tarball) "
-        "or an s3:// URI",
-    )
+    add_experiment_options(parser, names=("data",))
     add_training_options(parser)
     # Unset: short_run_batch_size picks it from --subset.
     parser.set_defaults(batch_size=None)
@@ -52,17 +53,14 @@ def add_run(commands: argparse._SubParsersAction) -> None:
     )
     _add_matrix_options(parser, PRECISIONS)
     add_comparison_options(parser)
-    parser.add_argument("--register-model", metavar="NAME", help="register the models in MLflow")
-    parser.add_argument(
-        "--checkpoint-dir",
-        help="where training tasks checkpoint (local or s3://); a retried task resumes there",
-    )
     parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
     parser.add_argument(
         "--export",
         metavar="URI",
         help="also copy report, plots, results and models to s3://bucket/prefix or a directory",
     )
+    # Every other setting of the experiment that a run here can use.
+    add_experiment_options(parser, sections=("dataset", "training", "tracking", "comparison"))
     parser.set_defaults(handler=_run)
 
 
@@ -123,54 +121,25 @@ def _matrix_runs(args: argparse.Namespace) -> list[dict[str, str | int]]:
     return matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision)
 
 
-def _preflight(args: argparse.Namespace, runs: list[dict[str, str | int]]) -> None:
-    from ampbench.preflight import Plan, preflight
+def _experiment(args: argparse.Namespace, runs: list[dict[str, str | int]]) -> Experiment:
+    """The experiment the options state: each option given a value under a leaf's name, and
+    the matrix's runs; the rest at the tree's defaults."""
+    from ampbench.experiment import Experiment, parameters
 
-    plan = Plan(
-        runs,
-        args.baseline_precision,
-        epochs=args.epochs,
-        lr=args.lr,
-        subset=args.subset,
-        image_size=args.image_size,
-        allow_emulated=args.allow_emulated,
-    )
-    preflight(plan, "run")
-
-
-def _pipeline_arguments(
-    args: argparse.Namespace, runs: list[dict[str, str | int]]
-) -> dict[str, Any]:
-    """The pipeline's parameters, from the options."""
-    return {
-        "data": args.data,
-        "subset": args.subset,
-        "epochs": args.epochs,
-        "lr": args.lr,
-        "runs": runs,
-        "baseline_precision": args.baseline_precision,
-        "image_size": args.image_size,
-        "target_accuracy": args.target_accuracy,
-        "allow_emulated": args.allow_emulated,
-        "cuda_graphs": args.cuda_graphs,
-        "allow_mismatch": args.allow_mismatch,
-        "experiment": args.experiment,
-        "tracking": not args.no_tracking,
-        "max_accuracy_drop": -1.0 if args.max_accuracy_drop is None else args.max_accuracy_drop,
-        "registered_model_name": args.register_model or "",
-        "checkpoint_dir": args.checkpoint_dir or "",
-    }
+    given = {leaf.name: getattr(args, leaf.name, None) for leaf in parameters()}
+    given = {name: value for name, value in given.items() if value is not None}
+    return Experiment.from_parameters(given | {"runs": runs})
 
 
 def _run(args: argparse.Namespace) -> int:
     from ampbench.pipelines.local import export, run_local, summary_lines
+    from ampbench.preflight import preflight
 
-    runs = _matrix_runs(args)
-    _preflight(args, runs)
-    arguments = _pipeline_arguments(args, runs)
+    experiment = _experiment(args, _matrix_runs(args))
+    preflight(experiment, "run")
     if args.export and storage.is_s3(args.export):
         storage.split_s3(args.export)  # a malformed URI fails now, not after the training
-    run = run_local(arguments, args.output_dir)
+    run = run_local(experiment.parameters(), args.output_dir)
     print("\n".join(summary_lines(run)))
     if args.export:
         written = export(run, args.export)

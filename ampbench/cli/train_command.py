@@ -166,7 +166,7 @@ def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff
         TrainConfig.from_options(args, Path(args.dataset)),
         args.dataset,
         args.output_dir,
-        None if args.no_tracking else tracking,
+        tracking if args.tracking else None,
     )
 
 

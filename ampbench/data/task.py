@@ -1,4 +1,4 @@
-"""The pipeline's first task: the data prepared, and the pipeline's plan checked against it once,
+"""The pipeline's first task: the data prepared, and the experiment checked against it once,
 before any training task (those are retried on failure) starts."""
 
 from __future__ import annotations
@@ -7,28 +7,35 @@ from pathlib import Path
 from typing import Any
 
 from ampbench.data import SourceOptions, prepare_dataset
+from ampbench.experiment import Experiment
 from ampbench.logs import setup_logging
-from ampbench.preflight import Plan, preflight
+from ampbench.preflight import preflight
 from ampbench.train.config import check_against_dataset
 
 
 def run_prepare_task(
-    data: str, output: Path, options: SourceOptions, plan: Plan, *, val_fraction: float = 0.0
+    data: str,
+    output: Path,
+    options: SourceOptions,
+    experiment: Experiment,
+    *,
+    val_fraction: float = 0.0,
 ) -> dict[str, Any]:
-    """Prepare `data` into `output` (at most plan.subset images per split) and return its
-    metadata, having checked the plan before and each arm's batch and model against the data
-    after (an empty plan: the data alone)."""
+    """Prepare `data` into `output` (at most the experiment's subset per split) and return its
+    metadata, having checked the experiment before and each arm's batch and model against the
+    data after (no runs: the data alone)."""
     setup_logging()  # a malformed $RANK is one line too
-    runs = preflight(plan, "prepare")
+    runs = preflight(experiment, "prepare")
+    subset = experiment.dataset.subset
     metadata = prepare_dataset(
-        data, output, subset=plan.subset, val_fraction=val_fraction, options=options
+        data, output, subset=subset, val_fraction=val_fraction, options=options
     )
     for model, batch_size in sorted({(run.model, run.batch_size) for run in runs}):
         check_against_dataset(
             metadata,
             batch_size=batch_size,
             model=model,
-            image_size=plan.image_size,
-            processes=plan.processes,
+            image_size=experiment.dataset.image_size,
+            processes=experiment.processes,
         )
     return metadata

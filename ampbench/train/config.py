@@ -186,30 +186,15 @@ def _batch_text(batch_size: int, processes: int) -> str:
 
 
 def check_pipeline_settings(
-    *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    model: str,
-    subset: int = 0,
-    image_size: int = 0,
-    grad_comm: str = TrainConfig.grad_comm,
-    processes: int = 1,
+    *, batch_size: int, model: str, subset: int = 0, processes: int = 1, **training: Any
 ) -> None:
     """The training settings of a pipeline run, checked before it starts (by `ampbench run`,
     `ampbench submit` and the prepare step), with TrainConfig's own rules: a training task
     that found them wrong would be retried, and the user would hear of the mistake late.
-    batch_size is each of the arm's `processes`' (processes_per_arm). Whether the model fits
-    the data is for check_against_dataset, once the data is known."""
-    TrainConfig(
-        Path(),
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        model=model,
-        image_size=image_size,
-        grad_comm=grad_comm,
-    ).validate()
+    training: TrainConfig's other fields (epochs, lr, ...). batch_size is each of the arm's
+    `processes`' (processes_per_arm). Whether the model fits the data is for
+    check_against_dataset, once the data is known."""
+    TrainConfig(Path(), batch_size=batch_size, model=model, subset=subset, **training).validate()
     check_model_name(model)
     if subset and batch_size * processes > subset:
         raise AmpbenchError(

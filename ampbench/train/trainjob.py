@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampbench.cluster import GPU_RESOURCE, GPU_TOLERATION, TRAIN_CPU, TRAIN_MEMORY
+
 TRAINER_VERSION = "v2.3.0"
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -45,9 +47,9 @@ class TrainJobSpec:
     arguments: list[str]  # `ampbench train`'s
     num_nodes: int
     gpus_per_node: int
-    gpu_resource: str = "nvidia.com/gpu"
-    cpu: str = "4"
-    memory: str = "32Gi"
+    gpu_resource: str = GPU_RESOURCE
+    cpu: str = TRAIN_CPU
+    memory: str = TRAIN_MEMORY
     runtime: str = DEFAULT_RUNTIME
     config_map: str = ""
     config_map_keys: tuple[str, ...] = ()
@@ -58,38 +60,37 @@ class TrainJobSpec:
     active_deadline_s: int = DEFAULT_TIMEOUT_S
 
 
+def _env(spec: TrainJobSpec) -> list[dict[str, Any]]:
+    """The ConfigMap's and the Secret's keys, each optional, as the pipeline's pods read them."""
+
+    def ref(kind: str, name: str, key: str) -> dict[str, Any]:
+        return {"name": key, "valueFrom": {kind: {"name": name, "key": key, "optional": True}}}
+
+    config = [ref("configMapKeyRef", spec.config_map, key) for key in spec.config_map_keys]
+    secret = [ref("secretKeyRef", spec.secret, key) for key in spec.secret_keys]
+    return (config if spec.config_map else []) + (secret if spec.secret else [])
+
+
+def _node_pod(spec: TrainJobSpec) -> dict[str, Any]:
+    """What each node's pod adds to the runtime's template."""
+    pod_patch: dict[str, Any] = {
+        # NCCL wants a real /dev/shm, which Kubernetes caps at 64 MiB without a memory volume.
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "containers": [{"name": NODE, "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+        "tolerations": [dict(GPU_TOLERATION)],
+    }
+    if spec.node_selector:
+        pod_patch["nodeSelector"] = dict(spec.node_selector)
+    # Labelled for manifests/' NetworkPolicy that lets the nodes reach each other.
+    return {"metadata": {"labels": dict(NODE_POD_LABELS)}, "spec": pod_patch}
+
+
 def manifest(spec: TrainJobSpec) -> dict[str, Any]:
     """The TrainJob object (trainer.kubeflow.org/v1alpha1, Trainer v2.3)."""
     resources = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpus_per_node:
         resources[spec.gpu_resource] = str(spec.gpus_per_node)
-    env = [
-        {
-            "name": key,
-            "valueFrom": {
-                "configMapKeyRef": {"name": spec.config_map, "key": key, "optional": True}
-            },
-        }
-        for key in spec.config_map_keys
-        if spec.config_map
-    ] + [
-        {
-            "name": key,
-            "valueFrom": {"secretKeyRef": {"name": spec.secret, "key": key, "optional": True}},
-        }
-        for key in spec.secret_keys
-        if spec.secret
-    ]
-    pod_patch: dict[str, Any] = {
-        # NCCL wants a real /dev/shm, which Kubernetes caps at 64 MiB without a memory volume.
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-        "containers": [{"name": NODE, "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    }
-    if spec.node_selector:
-        pod_patch["nodeSelector"] = dict(spec.node_selector)
-    # Labelled for manifests/' NetworkPolicy that lets the nodes reach each other.
-    node_pod = {"metadata": {"labels": dict(NODE_POD_LABELS)}, "spec": pod_patch}
+    node_pod = _node_pod(spec)
     return {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
@@ -117,7 +118,7 @@ def manifest(spec: TrainJobSpec) -> dict[str, Any]:
                     "train",
                 ],
                 "args": list(spec.arguments),
-                "env": env,
+                "env": _env(spec),
                 "numNodes": spec.num_nodes,
                 "numProcPerNode": max(1, spec.gpus_per_node),
                 "resourcesPerNode": {"requests": dict(resources), "limits": dict(resources)},

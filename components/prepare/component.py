@@ -51,7 +51,7 @@ def prepare(
     from ampbench.data.limits import Limits
     from ampbench.data.task import run_prepare_task
     from ampbench.errors import reported_as_step
-    from ampbench.preflight import Plan
+    from ampbench.experiment import Experiment
 
     with reported_as_step("prepare"):
         options = SourceOptions(
@@ -63,12 +63,15 @@ def prepare(
                 max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes
             ),
         )
-        plan = Plan(
-            runs, baseline_precision, epochs, lr, subset, train_image_size, grad_comm,
-            gpu_count, num_nodes, tracking=tracking,
+        experiment = Experiment.from_parameters(
+            dict(
+                runs=runs, baseline_precision=baseline_precision, epochs=epochs, lr=lr,
+                subset=subset, image_size=train_image_size, grad_comm=grad_comm,
+                gpu_count=gpu_count, num_nodes=num_nodes, tracking=tracking,
+            )
         )  # fmt: skip
         metadata = run_prepare_task(
-            data, Path(dataset.path), options, plan, val_fraction=val_fraction
+            data, Path(dataset.path), options, experiment, val_fraction=val_fraction
         )
     dataset.metadata.update(
         {

@@ -1,0 +1,219 @@
+"""An experiment's configuration, defined once: what a pipeline run trains, measures, tracks and
+asks the cluster for. Each leaf is a pipeline parameter of its name, type (its default's) and
+description, and a command-line option of them: the pipeline's signature, `ampbench submit`'s
+and `ampbench run`'s options, the arguments `run` passes, and preflight all read this tree.
+Free of KFP and torch."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any
+
+from ampbench.argtypes import non_negative_int, non_negative_number, one_of, positive_int
+from ampbench.cluster import CONFIG_MAP, GPU_RESOURCE, SECRET, TRAIN_CPU, TRAIN_MEMORY
+from ampbench.errors import AmpbenchError
+from ampbench.matrix import DEFAULT_RUNS
+from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA, GRAD_COMM
+from ampbench.train.config import TrainConfig, processes_per_arm
+from ampbench.train.trainjob import DEFAULT_RUNTIME
+
+
+def setting(
+    default: Any,
+    description: str,
+    *,
+    parse: Callable[[str], Any] | None = None,
+    flag: str | None = None,
+) -> Any:
+    """A leaf: its default (copied per instance where mutable), what it means, and as an
+    option, how its text is read (default: its type) and its flag (default: its name)."""
+    metadata = {"doc": description, "parse": parse, "flag": flag}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    data: str = setting(
+        DEFAULT_DATA,
+        "synthetic, cifar10, cifar100, a path (ImageFolder tree or archive, CIFAR tarball) or "
+        "an s3:// URI",
+    )
+    subset: int = setting(
+        TrainConfig.subset, "at most this many images per split (0: all)", parse=non_negative_int
+    )
+    image_size: int = setting(
+        TrainConfig.image_size,
+        "train and evaluate on images of this size squared, resized bilinearly on the device "
+        "per batch (0: as prepared)",
+        parse=non_negative_int,
+    )
+
+
+@dataclass(frozen=True)
+class ArmSettings:
+    runs: list = setting(
+        DEFAULT_RUNS,
+        'the experiment matrix: [{"model", "batch_size", "precision", "seed"}, ...], one '
+        "training task each (`ampbench submit --models --batch-sizes --precisions --seeds` "
+        "makes it); every (model, batch size) group needs a baseline_precision run",
+    )
+    baseline_precision: str = setting(
+        BASELINE_PRECISION, "the precision every arm is compared with"
+    )
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    epochs: int = setting(TrainConfig.epochs, "training epochs", parse=positive_int)
+    lr: float = setting(TrainConfig.lr, "peak learning rate")
+    target_accuracy: float = setting(
+        TrainConfig.target_accuracy,
+        "stop each arm at the first epoch whose test accuracy reaches this and record its time "
+        "to target (0: off; the epochs are the limit)",
+        parse=non_negative_number,
+    )
+    allow_emulated: bool = setting(
+        TrainConfig.allow_emulated,
+        "measure a precision the device has no native math for (labelled emulated)",
+    )
+    cuda_graphs: bool = setting(
+        TrainConfig.cuda_graphs,
+        "on a CUDA GPU, replay each training step as one CUDA graph (the kernel launches out "
+        "of the way); off, it trains eagerly. Not under torchrun",
+    )
+    grad_comm: str = setting(
+        TrainConfig.grad_comm,
+        "with several processes: the precision DDP all-reduces gradients in "
+        f"({', '.join(GRAD_COMM)})",
+        parse=one_of(GRAD_COMM),
+    )
+    checkpoint_dir: str = setting(
+        "", "where training tasks checkpoint (local or s3://); a retried task resumes there"
+    )
+    checkpoint_every: int = setting(
+        200, "training steps between checkpoints (with a checkpoint dir)", parse=non_negative_int
+    )
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    experiment: str = setting(DEFAULT_EXPERIMENT, "the MLflow experiment")
+    tracking: bool = setting(True, "log the runs to MLflow")
+    registered_model_name: str = setting(
+        "", "register the models in MLflow under this name", flag="register-model"
+    )
+
+
+@dataclass(frozen=True)
+class ComparisonSettings:
+    allow_mismatch: bool = setting(
+        False, "compare arms that differ in more than precision, with a warning"
+    )
+    max_accuracy_drop: float = setting(
+        -1.0, "fail when an arm loses more than this many percentage points (-1: off)"
+    )
+
+
+@dataclass(frozen=True)
+class Resources:
+    gpu_resource: str = setting(GPU_RESOURCE, "the GPU's extended resource name")
+    gpu_count: int = setting(
+        1, "GPUs per training task (more than 1: torchrun, one process per GPU)"
+    )
+    num_nodes: int = setting(
+        1,
+        "nodes per training task (more than 1: a Kubeflow Trainer TrainJob of trainer_runtime, "
+        "each node gpu_count GPUs; needs checkpoint_dir, or the ConfigMap's, on S3)",
+    )
+    trainer_runtime: str = setting(DEFAULT_RUNTIME, "the Kubeflow Trainer runtime of a TrainJob")
+    gpu_node_selector: dict = setting(
+        {},
+        'node labels for training tasks, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
+    )
+    train_cpu: str = setting(TRAIN_CPU, "CPU request and limit of a training task")
+    train_memory: str = setting(TRAIN_MEMORY, "memory request and limit of a training task")
+    prepare_cpu: str = setting("2", "CPU request and limit of the prepare step")
+    prepare_memory: str = setting("8Gi", "memory request and limit of the prepare step")
+    config_map: str = setting(CONFIG_MAP, "the ConfigMap the pods read endpoints from")
+    s3_secret: str = setting(SECRET, "the Secret the pods read S3 keys from")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    dataset: DataSettings = field(default_factory=DataSettings)
+    arms: ArmSettings = field(default_factory=ArmSettings)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    comparison: ComparisonSettings = field(default_factory=ComparisonSettings)
+    resources: Resources = field(default_factory=Resources)
+
+    @property
+    def processes(self) -> int:
+        """The processes of each training task (processes_per_arm)."""
+        return processes_per_arm(self.resources.gpu_count, self.resources.num_nodes)
+
+    def parameters(self) -> dict[str, Any]:
+        """The pipeline's arguments: every leaf by its name."""
+        return {
+            leaf.name: getattr(getattr(self, section), leaf.name) for section, leaf in _leaves()
+        }
+
+    @classmethod
+    def from_parameters(cls, values: Mapping[str, Any]) -> Experiment:
+        """The experiment the named leaves state, the others at their defaults (the values may
+        be KFP's placeholders when the pipeline is built)."""
+        unknown = set(values) - {leaf.name for _, leaf in _leaves()}
+        if unknown:
+            raise AmpbenchError(f"not pipeline parameters: {', '.join(sorted(unknown))}")
+        sections: dict[str, Any] = {}
+        for section in fields(cls):
+            kind = section.default_factory  # the section's class
+            given = {leaf.name: values[leaf.name] for leaf in fields(kind) if leaf.name in values}
+            sections[section.name] = kind(**given)
+        return cls(**sections)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One leaf as a pipeline parameter and a command-line option."""
+
+    section: str
+    name: str
+    type: type
+    default: Any
+    description: str
+    parse: Callable[[str], Any]  # an option's text to its value
+    flag: str  # the option, less its "--"
+
+
+def section_values(section: object) -> dict[str, Any]:
+    """A section's leaves by name, uncopied (when the pipeline is built, KFP's placeholders)."""
+    return {leaf.name: getattr(section, leaf.name) for leaf in fields(section)}  # type: ignore[arg-type]
+
+
+def _leaves() -> Iterator[tuple[str, Field[Any]]]:
+    """(section name, leaf) of every leaf, in the tree's order."""
+    for section in fields(Experiment):
+        yield from ((section.name, leaf) for leaf in fields(section.default_factory))
+
+
+def parameters() -> list[Parameter]:
+    """The pipeline's parameters, in the tree's order."""
+    defaults = Experiment().parameters()
+    return [
+        Parameter(
+            section,
+            leaf.name,
+            type(defaults[leaf.name]),
+            defaults[leaf.name],
+            leaf.metadata["doc"],
+            leaf.metadata["parse"] or type(defaults[leaf.name]),
+            leaf.metadata["flag"] or leaf.name.replace("_", "-"),
+        )
+        for section, leaf in _leaves()
+    ]
