@@ -62,26 +62,30 @@ def upgrade_v1(old: dict) -> dict:
         "resumed_from": old["resumed_from"],
         "versions": old["versions"],
         "epochs": [
-            {
-                "epoch": epoch["epoch"],
-                "train_loss": epoch["train_loss"],
-                "train_accuracy": epoch["train_accuracy"],
-                "test_loss": epoch["test_loss"],
-                "test_accuracy": epoch["test_accuracy"],
-                "val_loss": epoch.get("val_loss"),
-                "val_accuracy": epoch.get("val_accuracy"),
-                "time_s": epoch["time_s"],
-                "throughput_img_s": steps * hyperparameters["batch_size"] / epoch["time_s"],
-                "train_peak_memory_mb": epoch["peak_memory_mb"],
-                "lr": epoch["lr"],
-                "loss_scale": epoch["loss_scale"],
-                "skipped_steps": epoch["skipped_steps"],
-            }
-            for epoch in old["epochs"]
+            _epoch_v1(epoch, steps * hyperparameters["batch_size"]) for epoch in old["epochs"]
         ],
         "mlflow": old.get("mlflow"),
         "requested_resources": old.get("requested_resources"),
         "upgraded_from_schema": 1,
+    }
+
+
+def _epoch_v1(epoch: dict, images: int) -> dict:
+    """An epoch of schema 1 in schema 2; `images`: those one epoch trained on."""
+    return {
+        "epoch": epoch["epoch"],
+        "train_loss": epoch["train_loss"],
+        "train_accuracy": epoch["train_accuracy"],
+        "test_loss": epoch["test_loss"],
+        "test_accuracy": epoch["test_accuracy"],
+        "val_loss": epoch.get("val_loss"),
+        "val_accuracy": epoch.get("val_accuracy"),
+        "time_s": epoch["time_s"],
+        "throughput_img_s": images / epoch["time_s"],
+        "train_peak_memory_mb": epoch["peak_memory_mb"],
+        "lr": epoch["lr"],
+        "loss_scale": epoch["loss_scale"],
+        "skipped_steps": epoch["skipped_steps"],
     }
 
 

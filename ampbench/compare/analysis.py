@@ -205,6 +205,19 @@ def compare_runs(
     return compare_arms(arms, baseline, allow_mismatch, group_by=MATRIX_SETTINGS)
 
 
+def _differences_allowed(
+    arms: Mapping[str, Sequence[ArmResults]], group_by: Sequence[str], allow_mismatch: bool
+) -> list[str]:
+    """How the arms differ beyond precision, seed and group_by; refused unless allowed."""
+    found = differences(arms, group_by)
+    if found and not allow_mismatch:
+        raise AmpbenchError(
+            f"the arms differ in more than precision: {'; '.join(found)}; refused, since the "
+            "figures would not be precision's alone (--allow-mismatch compares them anyway)"
+        )
+    return found
+
+
 def compare_arms(
     arms: Mapping[str, Sequence[ArmResults]],
     baseline: str = BASELINE_PRECISION,
@@ -216,12 +229,7 @@ def compare_arms(
     group_by: the settings (of MATRIX_SETTINGS) that put arms into groups; without it all arms
     form one group and must agree in everything but precision and seed.
     """
-    found = differences(arms, group_by)
-    if found and not allow_mismatch:
-        raise AmpbenchError(
-            f"the arms differ in more than precision: {'; '.join(found)}; refused, since the "
-            "figures would not be precision's alone (--allow-mismatch compares them anyway)"
-        )
+    found = _differences_allowed(arms, group_by, allow_mismatch)
     group_of, baseline_of = _baselines(arms, baseline, group_by)
     common, paired, unpaired = _paired_seeds(arms)
     summaries = {

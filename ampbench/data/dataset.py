@@ -129,13 +129,7 @@ def prepare_dataset(
     }
     key = _cache_key(sha256, settings)
     cached = options.cache_dir / "prepared" / key
-    try:
-        output_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    except OSError as error:
-        raise AmpbenchError(
-            f"--output-dir {output_dir}: cannot write there ({error.strerror or error})"
-        ) from None
+    staging = _staging_beside(output_dir)
     try:
         hit = _cached_metadata(cached) if use_cache else None
         if hit is not None:
@@ -166,6 +160,17 @@ def prepare_dataset(
         time.perf_counter() - started,
     )
     return metadata
+
+
+def _staging_beside(output_dir: Path) -> Path:
+    """A fresh directory beside output_dir, on its file system, to build the result in."""
+    try:
+        output_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
+    except OSError as error:
+        raise AmpbenchError(
+            f"--output-dir {output_dir}: cannot write there ({error.strerror or error})"
+        ) from None
 
 
 def _check_settings(subset: int, val_fraction: float, options: SourceOptions) -> None:
@@ -261,13 +266,15 @@ def _build(
             "description": data.description,
             "sha256": data.sha256,
         },
-        "settings": {
-            **{k: v for k, v in asdict(options).items() if k not in ("cache_dir", "limits")},
-            "subset": subset,
-            "val_fraction": val_fraction,
-        },
+        "settings": _settings_record(options, subset, val_fraction),
         "skipped": dict(skipped),
         "bad_images": bad_images,
         "files": files,
         "ampbench_version": __version__,
     }
+
+
+def _settings_record(options: SourceOptions, subset: int, val_fraction: float) -> dict[str, Any]:
+    """The settings the data was prepared with, as metadata.json records them."""
+    recorded = {k: v for k, v in asdict(options).items() if k not in ("cache_dir", "limits")}
+    return {**recorded, "subset": subset, "val_fraction": val_fraction}
