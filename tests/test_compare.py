@@ -21,7 +21,7 @@ from ampbench.compare.analysis import (
     pair,
 )
 from ampbench.compare.plots import BATCH_PLOT, PLOTS, SCALING_PLOT
-from ampbench.compare.published import PUBLISHED
+from ampbench.compare.published import PUBLISHED, published_differences
 from ampbench.compare.report import render_markdown, render_text, results_block, tables
 from ampbench.compare.stats import mean_estimate, ratio_estimate
 from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparison
@@ -392,6 +392,14 @@ def test_the_published_run_is_a_reference_unless_the_setup_matches() -> None:
     assert "## Published run, for reference only: not a reproduction (" in render_markdown(other)
 
 
+def test_the_published_pair_is_two_arms_fp32_and_amp() -> None:
+    run = arm_result("fp32", 0, 0.7, 1.0, 1.0)
+    assert published_differences(run, "fp32", "amp", 2) == []
+    published = "(published: fp32 and amp)"
+    assert published_differences(run, "fp32", "bf16", 2) == [f"arms fp32 and bf16 {published}"]
+    assert published_differences(run, "fp32", "amp", 3) == [f"a matrix of 3 arms {published}"]
+
+
 def _write(path: Path, run: ArmResults) -> Path:
     write_json(path, run)
     return path
@@ -655,6 +663,7 @@ def test_the_fastest_arm_is_not_one_that_loses_accuracy_significantly() -> None:
     ("deltas_pp", "eligible"),
     [
         ((-1.0, 0.5, -0.25), True),  # a loss within noise: the interval holds 0
+        ((-0.3, -0.2, -0.1), True),  # the same, the interval just above 0 (and below 1)
         ((0.4, 0.5, 0.6), True),  # a significant gain, below 1 pp
         ((-0.6, -0.5, -0.4), False),  # a significant loss
     ],

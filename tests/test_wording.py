@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 from test_compare import arm_result, with_
 
-from ampbench.compare.analysis import compare_arms
-from ampbench.compare.wording import Notes, interval, verdict
+from ampbench.compare.analysis import compare_arms, compare_runs
+from ampbench.compare.wording import Notes, best_sentence, interval, verdict
 from ampbench.comparison import Estimate
-from ampbench.results import TimeToTarget
+from ampbench.results import ArmResults, TimeToTarget
 
 SIGNIFICANT = Estimate(1.5, 1.25, 1.75, 3)
 
@@ -151,3 +151,28 @@ def test_the_missed_target_is_the_one_the_runs_missed() -> None:
     summaries = compare_arms(runs, allow_mismatch=True).arms
     notes = Notes.of(runs, runs["fp32"][0], summaries, [], {}, lambda _: True)
     assert notes.missed_target == ["amp seed 0"] and notes.target_accuracy == 0.9
+
+
+def test_the_fastest_arm_per_model_follows_the_verdict_only_with_several_groups() -> None:
+    def run(precision: str, batch: int, seed: int, time_s: float) -> ArmResults:
+        result = arm_result(precision, seed, 0.7, 1000.0, time_s)
+        return dataclasses.replace(
+            result, hyperparameters={**result.hyperparameters, "batch_size": batch}
+        )
+
+    one_group = compare_runs([run(p, 128, s, 100.0 + s) for p in ("fp32", "amp") for s in (0, 1)])
+    headline = one_group.comparisons[one_group.headline_arm]
+    arms = one_group.arms
+    assert one_group.verdict == verdict(
+        headline, arms[one_group.headline_arm], arms[headline.baseline], False
+    )
+    runs = [
+        run(p, b, s, 50.0 + b / 8 + s) for p in ("fp32", "amp") for b in (128, 512) for s in (0, 1)
+    ]
+    two_groups = compare_runs(runs)
+    headline = two_groups.comparisons[two_groups.headline_arm]
+    arms = two_groups.arms
+    alone = verdict(headline, arms[two_groups.headline_arm], arms[headline.baseline], False)
+    fastest = best_sentence(two_groups.best_per_model, arms, two_groups.comparisons)
+    assert two_groups.verdict == f"{alone} {fastest}"
+    assert fastest.startswith("Fastest per model without a significant accuracy loss: resnet18:")

@@ -34,7 +34,7 @@ PUBLISHED_VALUES = {
 
 
 def published_differences(
-    run: ArmResults, baseline: str, headline: str, arm_count: int = 2
+    run: ArmResults, baseline: str, headline: str, arm_count: int
 ) -> list[str]:
     """How our setup differs from the published run's (empty: a reproduction)."""
     found = [
