@@ -64,6 +64,12 @@ def with_image(component: BaseComponent, image: str) -> BaseComponent:
     return dsl.component(component.python_func, base_image=image, install_kfp_package=False)
 
 
+def set_resources(task: dsl.PipelineTask, cpu: str, memory: str) -> None:
+    """Requests equal to limits, so a task gets what it asked for."""
+    task.set_cpu_request(cpu).set_cpu_limit(cpu)
+    task.set_memory_request(memory).set_memory_limit(memory)
+
+
 def use_cluster_settings(task: dsl.PipelineTask, resources: Resources) -> None:
     """Endpoints from the ConfigMap, S3 keys from the Secret (both optional: a local runner or a
     cluster with other means of configuration has neither)."""
@@ -114,10 +120,7 @@ def build_pipeline(
             tracking=e.tracking.tracking,
         ).set_display_name("prepare")
         prepared.set_caching_options(False)
-        prepared.set_cpu_request(e.resources.prepare_cpu).set_cpu_limit(e.resources.prepare_cpu)
-        prepared.set_memory_request(e.resources.prepare_memory).set_memory_limit(
-            e.resources.prepare_memory
-        )
+        set_resources(prepared, e.resources.prepare_cpu, e.resources.prepare_memory)
         use_cluster_settings(prepared, e.resources)
         with dsl.ParallelFor(e.arms.runs, parallelism=1 if sequential else 0) as run:
             # The train step takes every training and tracking setting by its name.
@@ -149,9 +152,7 @@ def build_pipeline(
             task.set_display_name("train")
             task.set_accelerator_type(e.resources.gpu_resource)
             task.set_accelerator_limit(e.resources.gpu_count)
-            task.set_cpu_request(e.resources.train_cpu).set_cpu_limit(e.resources.train_cpu)
-            task.set_memory_request(e.resources.train_memory)
-            task.set_memory_limit(e.resources.train_memory)
+            set_resources(task, e.resources.train_cpu, e.resources.train_memory)
             # Timings are the point of these tasks: never answer them from a cache.
             task.set_caching_options(False)
             # A preempted GPU node costs one checkpoint interval: the retried task resumes

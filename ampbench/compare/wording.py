@@ -128,7 +128,7 @@ class Notes:
         missed = [
             run.time_to_target
             for _, run in runs
-            if run.time_to_target and not run.time_to_target.reached
+            if run.time_to_target is not None and not run.time_to_target.reached
         ]
 
         emulated = [name for name, summary in summaries.items() if summary.precision.emulated]
@@ -142,13 +142,11 @@ class Notes:
             },
             resumed=runs_where(lambda run: run.resumed_from),
             # Schema 2 measured as this one does (only its start-up is not recorded).
-            schema_1=any(r.upgraded_from_schema == 1 for runs in paired.values() for r in runs),
+            schema_1=any(run.upgraded_from_schema == 1 for _, run in runs),
             unpaired=unpaired,
             at_chance=runs_where(lambda run: not above_chance(run)),
             classes=first.dataset.classes,
-            missed_target=runs_where(
-                lambda run: run.time_to_target and not run.time_to_target.reached
-            ),
+            missed_target=runs_where(lambda run: run.time_to_target in missed),
             target_accuracy=missed[0].target_accuracy if missed else None,
         )
 
