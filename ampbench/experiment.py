@@ -6,34 +6,18 @@ Free of KFP and torch."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from ampbench.argtypes import non_negative_int, non_negative_number, one_of, positive_int
 from ampbench.cluster import CONFIG_MAP, GPU_RESOURCE, SECRET, TRAIN_CPU, TRAIN_MEMORY
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import DEFAULT_RUNS
+from ampbench.settings import Setting, described, same_as, setting
 from ampbench.tracking import DEFAULT_EXPERIMENT
-from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA, GRAD_COMM
+from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA
 from ampbench.train.config import TrainConfig, processes_per_arm
 from ampbench.train.trainjob import DEFAULT_RUNTIME
-
-
-def setting(
-    default: Any,
-    description: str,
-    *,
-    parse: Callable[[str], Any] | None = None,
-    flag: str | None = None,
-) -> Any:
-    """A leaf: its default (copied per instance where mutable), what it means, and as an
-    option, how its text is read (default: its type) and its flag (default: its name)."""
-    metadata = {"doc": description, "parse": parse, "flag": flag}
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -43,15 +27,8 @@ class DataSettings:
         "synthetic, cifar10, cifar100, a path (ImageFolder tree or archive, CIFAR tarball) or "
         "an s3:// URI",
     )
-    subset: int = setting(
-        TrainConfig.subset, "at most this many images per split (0: all)", parse=non_negative_int
-    )
-    image_size: int = setting(
-        TrainConfig.image_size,
-        "train and evaluate on images of this size squared, resized bilinearly on the device "
-        "per batch (0: as prepared)",
-        parse=non_negative_int,
-    )
+    subset: int = same_as(TrainConfig, "subset")
+    image_size: int = same_as(TrainConfig, "image_size")
 
 
 @dataclass(frozen=True)
@@ -69,35 +46,16 @@ class ArmSettings:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    epochs: int = setting(TrainConfig.epochs, "training epochs", parse=positive_int)
-    lr: float = setting(TrainConfig.lr, "peak learning rate")
-    target_accuracy: float = setting(
-        TrainConfig.target_accuracy,
-        "stop each arm at the first epoch whose test accuracy reaches this and record its time "
-        "to target (0: off; the epochs are the limit)",
-        parse=non_negative_number,
-    )
-    allow_emulated: bool = setting(
-        TrainConfig.allow_emulated,
-        "measure a precision the device has no native math for (labelled emulated)",
-    )
-    cuda_graphs: bool = setting(
-        TrainConfig.cuda_graphs,
-        "on a CUDA GPU, replay each training step as one CUDA graph (the kernel launches out "
-        "of the way); off, it trains eagerly. Not under torchrun",
-    )
-    grad_comm: str = setting(
-        TrainConfig.grad_comm,
-        "with several processes: the precision DDP all-reduces gradients in "
-        f"({', '.join(GRAD_COMM)})",
-        parse=one_of(GRAD_COMM),
-    )
-    checkpoint_dir: str = setting(
-        "", "where training tasks checkpoint (local or s3://); a retried task resumes there"
-    )
-    checkpoint_every: int = setting(
-        200, "training steps between checkpoints (with a checkpoint dir)", parse=non_negative_int
-    )
+    epochs: int = same_as(TrainConfig, "epochs")
+    lr: float = same_as(TrainConfig, "lr")
+    target_accuracy: float = same_as(TrainConfig, "target_accuracy")
+    allow_emulated: bool = same_as(TrainConfig, "allow_emulated")
+    cuda_graphs: bool = same_as(TrainConfig, "cuda_graphs")
+    grad_comm: str = same_as(TrainConfig, "grad_comm")
+    # A pipeline's tasks checkpoint every 200 steps where a directory is given; a bare
+    # `ampbench train` only when asked.
+    checkpoint_dir: str = same_as(TrainConfig, "checkpoint_dir", default="")
+    checkpoint_every: int = same_as(TrainConfig, "checkpoint_every", default=200)
 
 
 @dataclass(frozen=True)
@@ -179,16 +137,10 @@ class Experiment:
 
 
 @dataclass(frozen=True)
-class Parameter:
-    """One leaf as a pipeline parameter and a command-line option."""
+class Parameter(Setting):
+    """One leaf as a pipeline parameter and a command-line option, and its section."""
 
     section: str
-    name: str
-    type: type
-    default: Any
-    description: str
-    parse: Callable[[str], Any]  # an option's text to its value
-    flag: str  # the option, less its "--"
 
 
 def section_values(section: object) -> dict[str, Any]:
@@ -204,16 +156,8 @@ def _leaves() -> Iterator[tuple[str, Field[Any]]]:
 
 def parameters() -> list[Parameter]:
     """The pipeline's parameters, in the tree's order."""
-    defaults = Experiment().parameters()
     return [
-        Parameter(
-            section,
-            leaf.name,
-            type(defaults[leaf.name]),
-            defaults[leaf.name],
-            leaf.metadata["doc"],
-            leaf.metadata["parse"] or type(defaults[leaf.name]),
-            leaf.metadata["flag"] or leaf.name.replace("_", "-"),
-        )
-        for section, leaf in _leaves()
+        Parameter(**vars(leaf), section=section.name)
+        for section in fields(Experiment)
+        for leaf in described(section.default_factory)  # type: ignore[arg-type]
     ]

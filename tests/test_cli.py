@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from ampbench.cli import build_parser, main
 from ampbench.cli import mlflow_commands as cli_module
 from ampbench.data import sources as sources_module
 from ampbench.results import read_arm_results
+from ampbench.settings import Setting
 from ampbench.train import precision as precision_module
 
 COMMANDS = ["run", "compile", "submit", "upload", "prepare", "train", "compare", "report", "ui"]
@@ -495,3 +497,42 @@ def test_run_passes_the_experiment_its_options_state() -> None:
     assert experiment.parameters() == Experiment().parameters() | stated | {"runs": runs}
     default = _experiment(parser.parse_args(["run"]), [])
     assert default.parameters() == Experiment().parameters() | {"runs": []}
+
+
+def _another_value(setting: Setting) -> object:
+    """A valid value of a TrainConfig setting other than its default."""
+    others: dict[str, object] = {"model": "vit-s", "device": "cpu", "grad_comm": "bf16"}
+    if setting.name in others:
+        return others[setting.name]
+    if setting.default is None:
+        return "/checkpoints"
+    if setting.type is bool:
+        return not setting.default
+    if setting.type is int:
+        return setting.default + 1
+    return round(setting.default + 0.05, 6)
+
+
+def test_train_has_an_option_per_training_setting_and_reads_them_all() -> None:
+    """`ampbench train`'s options are TrainConfig's settings (ampbench/settings.py): stating
+    each at another value than its default gives the TrainConfig of those values."""
+    from ampbench.cli.train_command import _hand_off
+    from ampbench.settings import described
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.tracker import TrackingOptions
+
+    settings = described(TrainConfig)
+    assert len(settings) == len(dataclasses.fields(TrainConfig)) - 2  # less data set, precision
+    stated = {each.name: _another_value(each) for each in settings}
+    argv = ["train", "--dataset", "/data", "--precision", "bf16", "--output-dir", "/out"]
+    argv += ["--experiment", "e", "--register-model", "m", "--pipeline-run-id", "r"]
+    for each in settings:
+        value = stated[each.name]
+        if isinstance(value, bool):
+            argv.append(f"--{each.flag}" if value else f"--no-{each.flag}")
+        else:
+            argv += [f"--{each.flag}", str(value)]
+    arm = _hand_off(build_parser().parse_args(argv), build_parser().parse_args(["train"]))
+    assert arm.config == TrainConfig(Path("/data"), precision="bf16", **stated)
+    assert (arm.dataset, arm.output_dir) == ("/data", "/out")
+    assert arm.tracking == TrackingOptions("e", "r", "m")

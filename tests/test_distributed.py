@@ -327,6 +327,10 @@ def test_a_hand_off_is_all_or_nothing_of_the_command_line(tmp_path: Path) -> Non
     handed = HandOff(TrainConfig(Path("/data/set")), "/data/set", "o", None).write(str(tmp_path))
     for arguments, error in [
         (["--config", handed, "--epochs", "3"], "--config and --epochs: give one or the other"),
+        (
+            ["--config", handed, "--register-model", "m"],
+            "--config and --register-model: give one or the other",
+        ),
         (["--precision", "fp32"], "--dataset, --output-dir: required (or --config)"),
         (
             ["--config", str(tmp_path / "none.json")],

@@ -6,60 +6,66 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from ampbench.argtypes import model_name, non_negative_number, positive_int
+from ampbench.argtypes import non_negative_number
+from ampbench.settings import Setting, described
 
-# The experiment's leaves `run` and `train` share: each an option of the leaf's name.
-SHARED_LEAVES = (
-    "subset", "epochs", "lr", "image_size", "target_accuracy", "allow_emulated", "cuda_graphs",
-    "experiment", "tracking",
+# The training settings `run` and `train` share, each an option of its name.
+SHARED_SETTINGS = (
+    "batch_size", "model", "subset", "epochs", "lr", "image_size", "target_accuracy",
+    "allow_emulated", "cuda_graphs",
 )  # fmt: skip
 
 
-def add_experiment_options(
-    parser: argparse.ArgumentParser, sections: Iterable[str] = (), names: Iterable[str] = ()
-) -> None:
-    """An option per leaf of the experiment (ampbench/experiment.py) in `sections` or `names`,
-    unless the parser has its flag already: the leaf's flag, default, type and description."""
-    from ampbench.experiment import parameters
-
-    sections, names = set(sections), set(names)
-    for leaf in parameters():
-        flag = "--" + leaf.flag
-        if flag in parser._option_string_actions or not (
-            leaf.section in sections or leaf.name in names
-        ):
-            continue
-        options: dict[str, Any] = {"dest": leaf.name, "default": leaf.default}
-        if leaf.type is bool:
+def add_setting_options(parser: argparse.ArgumentParser, settings: Iterable[Setting]) -> set[str]:
+    """An option per setting (ampbench/settings.py): its flag, default, type and description.
+    The names of the options added."""
+    added = set()
+    for each in settings:
+        options: dict[str, Any] = {"dest": each.name, "default": each.default}
+        if each.type is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
-            options["type"] = leaf.parse
-            options["metavar"] = leaf.flag.upper().replace("-", "_")
-        parser.add_argument(flag, help=leaf.description.replace("%", "%%"), **options)
+            options["type"] = each.parse
+            options["metavar"] = each.flag.upper().replace("-", "_")
+        parser.add_argument("--" + each.flag, help=each.description.replace("%", "%%"), **options)
+        added.add(each.name)
+    return added
 
 
-def add_training_options(parser: argparse.ArgumentParser) -> None:
-    """What `run` and `train` share: the model and batch, and SHARED_LEAVES."""
-    from ampbench.train.config import MODEL_FORMS, TrainConfig
+def add_experiment_options(
+    parser: argparse.ArgumentParser,
+    sections: Iterable[str] = (),
+    names: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+) -> set[str]:
+    """An option per leaf of the experiment (ampbench/experiment.py) in `sections` or `names`,
+    less those in `exclude`. The names of the options added."""
+    from ampbench.experiment import parameters
 
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=TrainConfig.batch_size,
-        help="images per training step",
+    sections, names, exclude = set(sections), set(names), set(exclude)
+    return add_setting_options(
+        parser,
+        [
+            leaf
+            for leaf in parameters()
+            if (leaf.section in sections or leaf.name in names) and leaf.name not in exclude
+        ],
     )
-    parser.add_argument(
-        "--model",
-        type=model_name,
-        default=TrainConfig.model,
-        help=f"the network to train, one of {MODEL_FORMS} (a callable taking num_classes and "
-        "image_shape (channels, height, width), returning an nn.Module that maps (N, C, H, W) "
-        "images to (N, num_classes) logits)",
+
+
+def add_training_options(parser: argparse.ArgumentParser) -> set[str]:
+    """What `run` and `train` share: SHARED_SETTINGS and the tracking settings. The names of
+    the options added."""
+    from ampbench.train.config import TrainConfig
+
+    shared = [each for each in described(TrainConfig) if each.name in SHARED_SETTINGS]
+    return add_setting_options(parser, shared) | add_experiment_options(
+        parser, sections=("tracking",)
     )
-    add_experiment_options(parser, names=SHARED_LEAVES)
 
 
-def add_comparison_options(parser: argparse.ArgumentParser) -> None:
+def add_comparison_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The comparison's options (`run` and `compare`). The names of the options added."""
     parser.add_argument(
         "--max-accuracy-drop",
         type=non_negative_number,
@@ -72,3 +78,4 @@ def add_comparison_options(parser: argparse.ArgumentParser) -> None:
         help="compare arms that differ in more than precision (GPU model, versions, settings) "
         "instead of refusing; the report then carries a warning",
     )
+    return {"max_accuracy_drop", "allow_mismatch"}

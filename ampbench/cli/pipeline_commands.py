@@ -35,8 +35,7 @@ def add_run(commands: argparse._SubParsersAction) -> None:
         description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
         "runner, track the runs in MLflow, and print the RESULTS block.",
     )
-    add_experiment_options(parser, names=("data",))
-    add_training_options(parser)
+    taken = add_experiment_options(parser, names=("data",)) | add_training_options(parser)
     # Unset: short_run_batch_size picks it from --subset.
     parser.set_defaults(batch_size=None)
     seeds = parser.add_mutually_exclusive_group()
@@ -52,7 +51,7 @@ def add_run(commands: argparse._SubParsersAction) -> None:
         "--precision", choices=PRECISIONS, default=AMP_PRECISION, help="the mixed-precision arm"
     )
     _add_matrix_options(parser, PRECISIONS)
-    add_comparison_options(parser)
+    taken |= add_comparison_options(parser)
     parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
     parser.add_argument(
         "--export",
@@ -60,7 +59,9 @@ def add_run(commands: argparse._SubParsersAction) -> None:
         help="also copy report, plots, results and models to s3://bucket/prefix or a directory",
     )
     # Every other setting of the experiment that a run here can use.
-    add_experiment_options(parser, sections=("dataset", "training", "tracking", "comparison"))
+    add_experiment_options(
+        parser, sections=("dataset", "training", "tracking", "comparison"), exclude=taken
+    )
     parser.set_defaults(handler=_run)
 
 

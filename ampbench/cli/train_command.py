@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ampbench import storage
-from ampbench.argtypes import non_negative_int, positive_int
-from ampbench.cli.options import add_training_options
+from ampbench.cli.options import add_setting_options, add_training_options
 from ampbench.errors import AmpbenchError
+from ampbench.settings import described
 from ampbench.world import world_from_env
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 def add_train(commands: argparse._SubParsersAction) -> None:
     from ampbench.train import PRECISIONS
+    from ampbench.train.config import TrainConfig
 
     parser = commands.add_parser(
         "train",
@@ -53,103 +54,22 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--pipeline-run-id", default="", help="the KFP run this training belongs to (MLflow tag)"
     )
-    parser.add_argument("--register-model", metavar="NAME", help="register the model in MLflow")
-    add_training_options(parser)
-    _add_recipe_options(parser)
-    _add_execution_options(parser)
+    taken = add_training_options(parser)
+    # The rest of the recipe and how this process runs it, with TrainConfig's defaults.
+    add_setting_options(parser, [each for each in described(TrainConfig) if each.name not in taken])
     parser.set_defaults(handler=_train)
-
-
-def _add_recipe_options(parser: argparse.ArgumentParser) -> None:
-    """Seed, loss, schedule, optimiser and evaluation settings, with TrainConfig's defaults."""
-    from ampbench.train.config import TrainConfig
-
-    parser.add_argument(
-        "--seed", type=int, default=TrainConfig.seed, help="seed of weights, order and subset"
-    )
-    parser.add_argument(
-        "--label-smoothing",
-        type=float,
-        default=TrainConfig.label_smoothing,
-        help="label smoothing of the loss",
-    )
-    parser.add_argument(
-        "--warmup-fraction",
-        type=float,
-        default=TrainConfig.warmup_fraction,
-        help="share of the steps the learning rate warms up over",
-    )
-    parser.add_argument(
-        "--momentum", type=float, default=TrainConfig.momentum, help="SGD's Nesterov momentum"
-    )
-    parser.add_argument(
-        "--weight-decay", type=float, default=TrainConfig.weight_decay, help="SGD's weight decay"
-    )
-    parser.add_argument(
-        "--initial-loss-scale",
-        type=float,
-        default=TrainConfig.initial_loss_scale,
-        help="fp16: the GradScaler's first loss scale",
-    )
-    parser.add_argument(
-        "--eval-batch-size",
-        type=non_negative_int,
-        default=TrainConfig.eval_batch_size,
-        help="images per evaluation batch (0: the training batch)",
-    )
-    parser.add_argument(
-        "--warmup-steps",
-        type=non_negative_int,
-        default=TrainConfig.warmup_steps,
-        help="untimed training steps before the clock starts, then undone",
-    )
-
-
-def _add_execution_options(parser: argparse.ArgumentParser) -> None:
-    """How this process runs the training: compiled, on which device, its checkpoints, and
-    under torchrun."""
-    from ampbench.train import GRAD_COMM
-    from ampbench.train.config import TrainConfig
-
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--deterministic", action="store_true", help="deterministic algorithms")
-    parser.add_argument("--device", default=TrainConfig.device, help="auto, cpu, cuda or cuda:N")
-    parser.add_argument("--checkpoint-dir", help="local directory or s3:// prefix")
-    parser.add_argument(
-        "--checkpoint-every",
-        type=non_negative_int,
-        default=TrainConfig.checkpoint_every,
-        help="steps",
-    )
-    parser.add_argument(
-        "--keep-checkpoints",
-        type=positive_int,
-        default=TrainConfig.keep_checkpoints,
-        help="how many of the newest checkpoints to keep",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
-    parser.add_argument(
-        "--max-skipped-steps",
-        type=positive_int,
-        default=TrainConfig.max_skipped_steps,
-        help="fp16: stop after this many loss-scale skips in a row",
-    )
-    parser.add_argument(
-        "--grad-comm",
-        choices=GRAD_COMM,
-        default=TrainConfig.grad_comm,
-        help="under torchrun: the precision gradients are all-reduced in (DDP's compression hooks)",
-    )
 
 
 def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff:
     """The arm `ampbench train`'s options state: from --config's file, or from the options."""
+    from ampbench.experiment import parameters
     from ampbench.train.config import TrainConfig
     from ampbench.train.launch import HandOff
     from ampbench.train.tracker import TrackingOptions
 
+    flags = {leaf.name: leaf.flag for leaf in parameters()}  # where not the name's
     given = sorted(
-        "--" + name.replace("_", "-")
+        "--" + flags.get(name, name.replace("_", "-"))
         for name, value in vars(args).items()
         if name not in ("config", "handler", "verbose") and value != getattr(defaults, name)
     )
@@ -161,7 +81,7 @@ def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff
                if getattr(args, name.replace("-", "_")) is None]  # fmt: skip
     if missing:
         raise AmpbenchError(f"{', '.join(missing)}: required (or --config)")
-    tracking = TrackingOptions(args.experiment, args.pipeline_run_id, args.register_model or "")
+    tracking = TrackingOptions(args.experiment, args.pipeline_run_id, args.registered_model_name)
     return HandOff(
         TrainConfig.from_options(args, Path(args.dataset)),
         args.dataset,

@@ -9,7 +9,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ampbench.argtypes import (
+    model_name,
+    non_negative_int,
+    non_negative_number,
+    one_of,
+    positive_int,
+)
 from ampbench.errors import AmpbenchError
+from ampbench.settings import setting
 from ampbench.train import AMP_PRECISION, GRAD_COMM, MODELS
 
 # --model's three forms, for help texts and errors.
@@ -23,35 +31,83 @@ _FACTORY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """One arm's training settings. Each described field is `ampbench train`'s option of its
+    name; the experiment's training leaves are the same settings (ampbench/experiment.py)."""
+
     dataset_dir: Path
     precision: str = AMP_PRECISION
-    epochs: int = 2
-    batch_size: int = 128
-    lr: float = 0.1
-    seed: int = 0
-    model: str = "resnet18"
-    compile: bool = False
-    deterministic: bool = False
-    label_smoothing: float = 0.0
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    warmup_fraction: float = 0.25
-    eval_batch_size: int = 0  # 0: the training batch, whose kernels the warm-up chose
-    subset: int = 0
-    device: str = "auto"
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    keep_checkpoints: int = 3
-    resume: bool = False
-    max_skipped_steps: int = 50
-    initial_loss_scale: float = 2.0**16  # GradScaler's default
-    warmup_steps: int = 3  # untimed training steps before the clock starts (then undone)
-    allow_emulated: bool = False  # measure a precision the device has no native math for
-    target_accuracy: float = 0.0  # stop at the first epoch reaching it (0: off)
-    image_size: int = 0  # resize batches to image_size x image_size on the device (0: as prepared)
-    grad_comm: str = "fp32"  # gradient all-reduce precision under torchrun (GRAD_COMM)
-    # Replay each training step as one CUDA graph (graphs.py); on CUDA in one process only.
-    cuda_graphs: bool = True
+    epochs: int = setting(2, "training epochs", parse=positive_int)
+    batch_size: int = setting(128, "images per training step", parse=positive_int)
+    lr: float = setting(0.1, "peak learning rate")
+    seed: int = setting(0, "seed of weights, order and subset")
+    model: str = setting(
+        "resnet18",
+        f"the network to train, one of {MODEL_FORMS} (a callable taking num_classes and "
+        "image_shape (channels, height, width), returning an nn.Module that maps (N, C, H, W) "
+        "images to (N, num_classes) logits)",
+        parse=model_name,
+    )
+    compile: bool = setting(False, "torch.compile the model")
+    deterministic: bool = setting(False, "deterministic algorithms")
+    label_smoothing: float = setting(0.0, "label smoothing of the loss")
+    momentum: float = setting(0.9, "SGD's Nesterov momentum")
+    weight_decay: float = setting(5e-4, "SGD's weight decay")
+    warmup_fraction: float = setting(0.25, "share of the steps the learning rate warms up over")
+    eval_batch_size: int = setting(
+        0,
+        "images per evaluation batch (0: the training batch, whose kernels the warm-up chose)",
+        parse=non_negative_int,
+    )
+    subset: int = setting(0, "at most this many images per split (0: all)", parse=non_negative_int)
+    device: str = setting("auto", "auto, cpu, cuda or cuda:N")
+    checkpoint_dir: str | None = setting(
+        None,
+        "where to checkpoint: a local directory or an s3:// prefix (a retried pipeline task "
+        "resumes there)",
+        parse=str,
+    )
+    checkpoint_every: int = setting(
+        0,
+        "training steps between checkpoints (0: none; needs a checkpoint dir)",
+        parse=non_negative_int,
+    )
+    keep_checkpoints: int = setting(
+        3, "how many of the newest checkpoints to keep", parse=positive_int
+    )
+    resume: bool = setting(False, "continue from the newest checkpoint")
+    max_skipped_steps: int = setting(
+        50, "fp16: stop after this many loss-scale skips in a row", parse=positive_int
+    )
+    initial_loss_scale: float = setting(2.0**16, "fp16: the GradScaler's first loss scale")
+    warmup_steps: int = setting(
+        3, "untimed training steps before the clock starts, then undone", parse=non_negative_int
+    )
+    allow_emulated: bool = setting(
+        False, "measure a precision the device has no native math for (labelled emulated)"
+    )
+    target_accuracy: float = setting(
+        0.0,
+        "stop at the first epoch whose test accuracy reaches this and record its time to "
+        "target (0: off; the epochs are the limit)",
+        parse=non_negative_number,
+    )
+    image_size: int = setting(
+        0,
+        "train and evaluate on images of this size squared, resized bilinearly on the device "
+        "per batch (0: as prepared)",
+        parse=non_negative_int,
+    )
+    grad_comm: str = setting(
+        "fp32",
+        "with several processes (torchrun): the precision DDP all-reduces gradients in "
+        f"({', '.join(GRAD_COMM)})",
+        parse=one_of(GRAD_COMM),
+    )
+    cuda_graphs: bool = setting(
+        True,
+        "on a CUDA GPU, replay each training step as one CUDA graph (the kernel launches out "
+        "of the way); off, it trains eagerly. Not under torchrun",
+    )
 
     @classmethod
     def from_options(cls, options: object, dataset_dir: Path) -> TrainConfig:
