@@ -71,9 +71,8 @@ def write_split(
         pq.write_table(
             table,
             split_dir / name,
-            # Raw pixels barely compress: zstd level 1 keeps reading fast (about 4x faster to
-            # decode than the default level here), and neither a dictionary nor statistics
-            # mean anything for a column of images.
+            # Raw pixels barely compress: zstd level 1 decodes ~4x faster than the default, and
+            # a dictionary or statistics mean nothing for a column of images.
             compression="zstd",
             compression_level=1,
             use_dictionary=["label"],

@@ -61,7 +61,7 @@ class StartupClock:
 def skip_final_collection() -> None:
     """At exit, freeze every object (gc.freeze) once the other atexit handlers have run, so
     that the interpreter's final garbage collections do not walk the millions of objects that
-    torch, sympy and MLflow leave: 2 to 3 s of every step's exit measured here, 0.5 s after.
+    torch, sympy and MLflow leave (2 to 3 s of a pipeline step's exit).
     The handlers still run and objects are still released; only cycles among them are left to
     the operating system, as at any process's end."""
     # atexit runs the last registered first: called early, this runs after later ones.

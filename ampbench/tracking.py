@@ -40,10 +40,8 @@ UI_PORT = 5000  # `ampbench ui`'s default port
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 FINAL_FLUSH_ATTEMPTS = 5
-# Set before MLflow is first imported, unless the user set them: a server that is down should
-# cost seconds, not MLflow's default of minutes of retries (our own buffer retries later); and
-# MLflow's usage telemetry runs threads that post to the internet while training steps are
-# timed, and waits on them at exit (seconds per task where there is no internet).
+# Before MLflow's first import, unless the user set them: a down server costs seconds, not
+# minutes (our buffer retries later), and no telemetry threads run while steps are timed.
 MLFLOW_ENV_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",

@@ -156,8 +156,8 @@ def train_one_arm(args: argparse.Namespace) -> int:
 
 
 def bare_loop(args: argparse.Namespace) -> int:
-    """The child of a batch size's bare-loop arms: one process for all its precisions (the
-    floor needs no process of its own each; their start-ups were a third of the GPU check),
+    """The child of a batch size's bare-loop arms: one process for all its precisions (a
+    process per precision would spend a third of the GPU check starting up),
     each one's images/s, or why it cannot run here, as a JSON line in args.bare_results."""
     from ampbench.dataset_format import read_metadata
     from ampbench.train.device import pick_device

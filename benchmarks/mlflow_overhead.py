@@ -6,7 +6,7 @@ for MLflow not at all. What remains is wall time between epochs. This measures, 
 epochs, against a local sqlite store and a real `mlflow server` on loopback: the time to
 queue and send one epoch's metrics, compared with one CIFAR-10 epoch of the same training
 measured in the same run (ResNet-18, batch 128, on this machine: images/s from a short
-engine run, times 50,000 images). Goal (issue 5): <= 1 % of an epoch. The per-run costs
+engine run, times 50,000 images). Goal: <= 1 % of an epoch. The per-run costs
 (creating the run, logging the model) print apart.
 
     python benchmarks/mlflow_overhead.py [--data ARCHIVE] [--json FILE]

@@ -2,7 +2,7 @@
 
 Each repeat runs `prepare_dataset` in a fresh process (no cache), which reports its own wall
 time and peak RSS (the whole process: interpreter, libraries, data). Prints each repeat and
-the medians. Goal (issue 3): <= 10 s and < 1 GB on 2 cores.
+the medians. Goal: <= 10 s and < 1 GB on 2 cores.
 
     python benchmarks/prepare_cifar10.py [--data ARCHIVE] [--repeats 3] [--json FILE]
 """

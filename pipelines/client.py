@@ -34,9 +34,8 @@ from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 
-# Where a pod finds a token when --token-file is not given, after $KF_PIPELINES_SA_TOKEN_PATH:
-# the token projected for KFP (audience pipelines.kubeflow.org), then the plain service-account
-# token.
+# A pod's tokens without --token-file, after $KF_PIPELINES_SA_TOKEN_PATH: the one projected for
+# KFP (audience pipelines.kubeflow.org), then the plain service-account token.
 IN_CLUSTER_TOKEN_PATHS = (
     KF_PIPELINES_SA_TOKEN_PATH,
     "/var/run/secrets/kubernetes.io/serviceaccount/token",

@@ -40,9 +40,8 @@ from ampbench.train import DEFAULT_DATA
 MODELS_DIR = "models"
 RUN_LOG = "run.log"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# What reaches the terminal of everything the local runner prints: the steps' own log lines
-# (progress, epochs, warnings, one-line errors) and the runner's task starts and ends. The
-# rest (executor_input JSON, artifact reprs, the executor's own chatter) goes to run.log only.
+# On the terminal: the steps' own log lines and the runner's task starts and ends; the rest
+# (executor_input JSON, artifact reprs, the executor's chatter) goes to run.log only.
 _SHOWN = re.compile(
     r"^\s*(\d\d:\d\d:\d\d (INFO|WARNING|ERROR) |ERROR: )"
     r"|^\d\d:\d\d:\d\d\.\d+ - \w+ - (Executing task|Task .* finished with status|Pipeline )"

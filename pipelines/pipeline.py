@@ -102,10 +102,8 @@ def build_pipeline(
     def ampbench_pipeline(*values: PipelineParameterChannel) -> PipelineOutputs:
         # KFP calls it with a placeholder per parameter, in the signature's order.
         e = Experiment.from_parameters(dict(zip(PARAMETER_NAMES, values, strict=True)))
-        # The prepare step also checks the training settings against the data: a user's
-        # mistake fails there, once, not in the training tasks (retried on any failure).
-        # It checks the tracking configuration too, first: so it must run each time, not be
-        # answered from KFP's cache.
+        # Prepare checks the settings and the tracking configuration once, before the retried
+        # training tasks, so it must run each time, not be answered from KFP's cache.
         prepared = prepare_op(
             data=e.dataset.data,
             subset=e.dataset.subset,
@@ -134,9 +132,8 @@ def build_pipeline(
                 model_name=run.model,
                 image_size=e.dataset.image_size,
                 pipeline_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                # Passed as inputs as well: kfp 2.17 threads a pipeline parameter into a
-                # ParallelFor only when a task there takes it as an input, and the
-                # resource placeholders below would otherwise not resolve.
+                # Inputs too: kfp 2.17 threads a pipeline parameter into a ParallelFor only
+                # when a task there takes it, and the resource placeholders need them.
                 requested_gpu_type=e.resources.gpu_resource,
                 requested_gpu_count=e.resources.gpu_count,
                 requested_cpu=e.resources.train_cpu,

@@ -28,13 +28,11 @@ from ampbench.errors import AmpbenchError
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 CHUNK = 2048
-# The formats image data sets come in, and the only ones decoded: nothing else a Pillow plugin
-# could open (EPS and PS, which Pillow hands to Ghostscript where it is installed; PSD, ICO,
-# PDF, ...). JPEG's opener also reads MPO, the JPEG variant many cameras write.
+# The only formats decoded: other Pillow plugins (EPS and PS through Ghostscript, PSD, PDF, ...)
+# are attack surface. JPEG's opener also reads MPO, which many cameras write.
 ALLOWED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "PPM")
-# Pillow's own bomb check (a warning above 89 Mpixel, an error above 179) is replaced by ours,
-# made from the same header before any pixel is decoded, against --max-image-pixels: with both,
-# that option could not be raised past Pillow's figure.
+# Our header check against --max-image-pixels replaces Pillow's bomb check, which would keep
+# that option from going past Pillow's 179 Mpixel.
 Image.MAX_IMAGE_PIXELS = None
 IMAGE_EXTENSIONS = frozenset(
     extension.lower()

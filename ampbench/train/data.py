@@ -115,11 +115,8 @@ class DeviceSplit:
         floats = images.float()
         size = self.image_size
         if size and tuple(floats.shape[-2:]) != (size, size):
-            # Per batch on the device, so that the resident data set stays at its prepared
-            # size (a 32x32 set enlarged to 224x224 would take 49 times the memory). In float32
-            # for every precision arm: the data path is no part of what the arms compare.
-            # No antialiasing: it only matters when shrinking, and the usual case is enlarging
-            # small images for a model built for larger ones; the plain kernel is the fast one.
+            # Per batch, so the resident data set stays at its prepared size; float32 in every
+            # arm (the data path is not compared); no antialiasing, which only shrinking needs.
             floats = torch.nn.functional.interpolate(
                 floats, size=(size, size), mode="bilinear", align_corners=False, antialias=False
             )

@@ -85,10 +85,8 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     if deterministic:
         # cuBLAS needs this before its first call to be deterministic.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    # Set both ways: an earlier run in this process may have turned them on. Only when the
-    # setting changes: the call imports torch._inductor, seconds of every task's start.
-    # warn_only: CUDA has no deterministic backward for adaptive pooling (every model here ends
-    # with one); torch warns, naming the op, instead of refusing the run.
+    # Both ways (an earlier run may have turned them on), and only on a change: the call
+    # imports torch._inductor. warn_only: CUDA's adaptive pooling has no deterministic backward.
     if deterministic or torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(deterministic, warn_only=True)
     torch.backends.cudnn.deterministic = deterministic

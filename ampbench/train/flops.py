@@ -1,19 +1,10 @@
-"""What a training step costs in FLOPs, and what the device could do at best: the inputs of
-achieved TFLOP/s and MFU (model FLOP/s utilisation).
+"""A training step's FLOPs and the device's peak: the inputs of achieved TFLOP/s and MFU.
 
-FLOPs are counted, never worked out by hand: one real training step (forward and backward) runs
-once under torch.utils.flop_counter.FlopCounterMode, which knows the FLOPs of the matrix
-multiplications (mm, addmm, bmm, baddbmm, _scaled_mm: FP8), the convolutions and the attention
-kernels, forward and backward; the attention kernel scaled_dot_product_attention runs on a CPU
-is given torch's own attention formulas, which torch files under its CUDA kernels only
-(flop_counter_mode). Elementwise work (activations, normalisation, the loss, the bias
-add, the optimizer) is not counted: it is a small share of a classifier's FLOPs and the tensor
-cores whose peak MFU divides by do none of it. A multiply-add counts as 2 FLOPs, as in the peak
-figures below.
-
-The peaks are NVIDIA's datasheet figures, dense (no 2:4 structured sparsity): the datasheets
-quote tensor-core figures "with sparsity" (marked *), twice the dense rate, so those are halved
-here. Unknown GPUs and every CPU have no peak: MFU is then left out, never guessed.
+FLOPs are counted by running one real step under FlopCounterMode, never worked out by hand:
+matmuls (FP8's _scaled_mm included), convolutions and attention, at 2 FLOPs a multiply-add;
+elementwise work is left out, as the tensor cores a peak describes do none of it. Peaks are
+NVIDIA's dense datasheet figures ("with sparsity" ones, marked *, halved); an unknown GPU or
+a CPU has none, and its MFU is left out rather than guessed.
 """
 
 from __future__ import annotations
@@ -87,20 +78,10 @@ def train_step_flops(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     autocast: AbstractContextManager[object],
 ) -> int:
-    """The FLOPs of one training step of `model` on this batch: forward (under `autocast`, the
-    arm's own) and backward, counted once by FlopCounterMode (see the module docstring for
-    what it counts: matmuls, convolutions and attention at 2 FLOPs per multiply-add; not
-    elementwise ops).
-
-    Backward is counted as autograd runs it: the first layer's input needs no gradient, so its
-    backward is the weight gradient alone (as many FLOPs as its forward), while every later
-    layer also computes the gradient of its input (twice its forward in all).
-
-    Pass the eager model, not a torch.compile'd one: the math is the same, and FlopCounterMode
-    sees every op of an eager step as it runs. The model is left as it was: parameters
-    untouched (no optimizer steps), each .grad put back as it was, buffers (BatchNorm's running
-    statistics, which a training-mode forward moves) restored. Random draws the step makes
-    (dropout) do advance the RNG.
+    """The FLOPs of one training step of the eager `model` on this batch: forward under the
+    arm's `autocast` and backward as autograd runs it (the first layer computes no input
+    gradient). The model is left as it was (parameters, grads, buffers); random draws the step
+    makes do advance the RNG.
     """
     parameters = list(model.parameters())
     saved_grads = [parameter.grad for parameter in parameters]
@@ -141,10 +122,8 @@ def _dense(with_sparsity: float) -> float:
     return with_sparsity / 2
 
 
-# Where each entry's figures come from: NVIDIA's datasheet or the spec table of the product
-# page (which links it), quoted in the comment above each entry as printed there; * marks a
-# figure "with sparsity", halved by _dense. Where a datasheet prints both ("183 | 366*"),
-# the dense figure is the one used.
+# Each entry's figures as its source prints them (the comment above it); * marks one "with
+# sparsity", halved by _dense; where both are printed ("183 | 366*"), the dense one is used.
 H100_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
 H100_PAGE = "https://www.nvidia.com/en-us/data-center/h100/"
 H200_PAGE = "https://www.nvidia.com/en-us/data-center/h200/"

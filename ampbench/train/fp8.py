@@ -1,24 +1,12 @@
 """Float8 training of a model's nn.Linear layers with torchao: the fp8 and fp8-rowwise arms.
 
-torchao's float8 training (torchao.float8.convert_to_float8_training) swaps nn.Linear layers
-for Float8Linear, whose three matmuls (output, input gradient, weight gradient) cast their
-operands to float8 with dynamic scales and run on the FP8 tensor cores (torch._scaled_mm), on
-CUDA compute capability 8.9 (Ada) and newer. The weights stay in their own dtype (fp32 here,
-as in every arm): float8 exists only inside the matmuls. Two of torchao's recipes are arms:
-
-fp8          "tensorwise": one scale per tensor; e4m3 for inputs and weights, e5m2 for gradients
-             (cuBLAS's tensorwise FP8 kernel; torchao's fastest recipe)
-fp8-rowwise  "rowwise": a scale per row, rounded down to a power of two; e4m3 throughout
-             (CUTLASS's rowwise kernel; more accurate)
-
-Only Linear layers convert, and only those torchao's auto-filter picks for the recipe: dims
-multiples of 16 (what the FP8 kernels require) and large enough for FP8 to pay for its casts
-(thresholds from torchao's H100 benchmarks). A CIFAR ResNet has one Linear, 512 -> 10, which
-neither recipe takes, so a model with nothing to convert is refused rather than measured as a
-bf16 run under an fp8 label.
-
-torchao is imported only here and only when an fp8 arm is built: it is an optional dependency
-(the `fp8` extra) and takes seconds to import.
+torchao swaps eligible nn.Linear layers for Float8Linear, whose matmuls cast to float8 with
+dynamic scales on FP8 tensor cores (CUDA capability 8.9 and newer); weights stay fp32.
+  fp8          "tensorwise": one scale per tensor, e4m3 forward, e5m2 gradients (fastest)
+  fp8-rowwise  "rowwise": a power-of-two scale per row, e4m3 throughout (more accurate)
+torchao's auto-filter takes only layers large enough to pay for the casts (dims multiples of
+16), so a model with none to convert is refused rather than measured as bf16 under an fp8
+label. torchao is an optional extra, imported only when an fp8 arm is built.
 """
 
 from __future__ import annotations

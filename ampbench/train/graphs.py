@@ -1,16 +1,13 @@
 """The whole training step replayed as one CUDA graph: forward, loss, backward, GradScaler and
 the fused optimizer's update, launched as a single graph instead of hundreds of kernels.
 
-At batch 128 on an H200 a ResNet-18 step is bound by kernel launches (measured: 8.5 ms a fp16
-step, 4.6 % of the card's peak), so without a graph the arms compare launch overhead more than
-precision. torch.cuda.graphs is used directly rather than torch.compile(mode="reduce-overhead"):
-it adds no compilation to each arm's start (17-26 s a ViT arm on the H200) and captures the
-optimizer and the scaler too, which a compiled model alone does not.
+A small-batch step is bound by kernel launches, so without a graph the arms compare launch
+overhead more than precision. torch.cuda.graphs rather than torch.compile(mode="reduce-overhead"):
+no compilation at each arm's start, and the optimizer and scaler are captured too.
 
-What a step reads from the host is drawn eagerly into static buffers (StepInputs: the batch's
-rows, crops and flips); the learning rate is a device tensor the scheduler fills in place; the
-per-step counters are updated in place. Training takes full batches only (every epoch drops
-the last partial one, eager or not), so every step has the captured shapes.
+What a step reads from the host is drawn into static buffers (StepInputs); the learning rate is
+a device tensor filled in place; every epoch drops its last partial batch, so every step has
+the captured shapes.
 """
 
 from __future__ import annotations

@@ -235,11 +235,8 @@ def _resolve_cuda(requested: str, device: torch.device, allow_emulated: bool) ->
     return Precision(requested, arm.name, device.type, True, f"EMULATED: {missing}{detail}")
 
 
-# -- TF32 switches ------------------------------------------------------------------------------
-# torch 2.9 added per-backend fp32_precision settings beside the legacy allow_tf32 flags, as
-# separate state: where the two disagree, every legacy reader (allow_tf32, Inductor) raises, and
-# cuDNN's legacy setter leaves conv at "none", which falls back to a cudnn-wide "tf32". So both
-# are set: the legacy flags first, then each operation's fp32_precision explicitly.
+# TF32: torch >= 2.9 keeps fp32_precision apart from the legacy allow_tf32 flags, raises where
+# they disagree, and falls back to a cuDNN-wide "tf32"; so both are set, the legacy ones first.
 
 # torch.backends' fp32_precision settings TF32 depends on; a restore also puts back oneDNN's
 # matmul, which torch.set_float32_matmul_precision changes.
@@ -255,7 +252,7 @@ def _fp32_precision_switches(names: tuple[str, ...] = _TF32_SWITCHES) -> dict[st
 
 
 def _legacy(read: Callable[[], T]) -> T | None:
-    """A legacy setting, or None where torch refuses to read it: the APIs were mixed before."""
+    """A legacy setting, or None where torch refuses to read it (the two APIs disagree)."""
     try:
         return read()
     except RuntimeError:

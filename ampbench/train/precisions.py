@@ -55,9 +55,8 @@ class Alias:
         return self.cuda if device_type == "cuda" else self.cpu
 
 
-# In the order the command line lists them. The fp8 arms convert only the Linear layers to
-# float8; the rest runs in bf16 as torchao's float8 training is used (its examples, torchtitan),
-# which with fp32 master weights is bf16 autocast, and Float8Linear follows autocast on CUDA.
+# In command-line order. The fp8 arms convert only Linear layers; the rest runs under bf16
+# autocast, as torchao's float8 training is used (its examples, torchtitan).
 REGISTRY: tuple[Arm | Alias, ...] = (
     Arm("fp32", "strict FP32", None, (0, 0), peak="fp32", cpu=CpuRule.NATIVE),
     Arm(

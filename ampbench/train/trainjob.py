@@ -2,17 +2,11 @@
 runs `ampbench train` under torchrun on every node (trainjob_run.py creates it, waits for it
 and streams node 0's log).
 
-Written against the Kubernetes API directly (the `kubernetes` client, already a dependency of
-kfp-kubernetes), not the Kubeflow SDK: the SDK's TrainerClient builds TrainJobs from a Python
-function or a built-in trainer, while ampbench needs a TrainJob of its own image and command,
-with the env, Secret, volume and scheduling settings of its other tasks; and a second large
-dependency in every image would buy nothing else.
-
-The API targeted is pinned: TrainJob of trainer.kubeflow.org/v1alpha1 as Kubeflow Trainer
-v2.3.0 defines it (spec.runtimePatches; v2.0 and v2.1 had podSpecOverrides and
-podTemplateOverrides instead, and a v2.1 cluster refuses this TrainJob). The torch runtime
-sets torchrun's PET_* variables (nodes, node rank, master address) on each node; processes
-per node are stated explicitly (numProcPerNode) rather than inferred from the GPU limit.
+Built with the `kubernetes` client (a dependency of kfp-kubernetes already), not the Kubeflow
+SDK, whose TrainerClient cannot run ampbench's own image and command with its tasks' settings.
+Pinned to TrainJob trainer.kubeflow.org/v1alpha1 of Kubeflow Trainer v2.3.0 (spec.runtimePatches:
+a v2.1 cluster refuses it). The torch runtime sets torchrun's PET_* variables on each node;
+processes per node are stated (numProcPerNode), not inferred from the GPU limit.
 """
 
 from __future__ import annotations
