@@ -221,8 +221,9 @@ def test_sequential_schedule_trains_one_run_after_the_other(tmp_path: Path) -> N
 
 
 def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str, Any]]) -> None:
-    """The pipeline and the train component take their defaults from TrainConfig; the
-    component's source, which KFP embeds in the YAML, holds no copy of them."""
+    """The pipeline and the train component take their defaults from TrainConfig, and the
+    compare component from the experiment; a component's source, which KFP embeds in the
+    YAML, holds no copy of them."""
     from ampbench.components.train.component import DEFAULTS
     from ampbench.train.config import TrainConfig
 
@@ -231,13 +232,16 @@ def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str,
     for name, field in (("epochs", "epochs"), ("lr", "lr"), ("subset", "subset"),
                         ("image_size", "image_size"), ("grad_comm", "grad_comm")):  # fmt: skip
         assert pipeline[name]["defaultValue"] == getattr(TrainConfig, field), name
-    train_task = all_tasks(spec)["train"]
-    component = spec["components"][train_task["componentRef"]["name"]]
-    inputs = component["inputDefinitions"]["parameters"]
-    source = " ".join(executor_of(spec, train_task)["command"])
-    for name, value in DEFAULTS.items():
-        assert inputs[name]["defaultValue"] == value, name
-        assert f"{name}: " in source and not re.search(rf"\b{name}: \w+ = ", source), name
+    from ampbench.components.compare.component import DEFAULTS as COMPARE_DEFAULTS
+
+    for step, defaults in (("train", DEFAULTS), ("compare", COMPARE_DEFAULTS)):
+        task = all_tasks(spec)[step]
+        component = spec["components"][task["componentRef"]["name"]]
+        inputs = component["inputDefinitions"]["parameters"]
+        source = " ".join(executor_of(spec, task)["command"])
+        for name, value in defaults.items():
+            assert inputs[name]["defaultValue"] == value, (step, name)
+            assert f"{name}: " in source and not re.search(rf"\b{name}: \w+ = ", source), name
 
 
 def test_the_train_timeout_chosen_at_compile_time_reaches_the_task_and_its_trainjob(

@@ -4,12 +4,19 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.tracking import DEFAULT_EXPERIMENT
-from ampbench.train import BASELINE_PRECISION
+from ampbench.experiment import ArmSettings, ComparisonSettings, TrackingSettings, section_values
+
+# Each parameter's default is the experiment's (ampbench/experiment.py).
+DEFAULTS = {
+    "baseline_precision": ArmSettings.baseline_precision,
+    "experiment": TrackingSettings.experiment,
+    "tracking": TrackingSettings.tracking,
+    **section_values(ComparisonSettings()),
+}
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
-@with_defaults({"baseline_precision": BASELINE_PRECISION, "experiment": DEFAULT_EXPERIMENT})
+@with_defaults(DEFAULTS)
 def compare(
     results: dsl.Input[list[dsl.Artifact]],
     comparison: dsl.Output[dsl.Artifact],
@@ -19,10 +26,10 @@ def compare(
     metrics: dsl.Output[dsl.Metrics],
     baseline_precision: str,
     experiment: str,
+    tracking: bool,
+    max_accuracy_drop: float,
+    allow_mismatch: bool,
     pipeline_run_id: str = "",
-    tracking: bool = True,
-    max_accuracy_drop: float = -1.0,
-    allow_mismatch: bool = False,
 ) -> None:
     """Compare every arm with its (model, batch size) group's baseline arm over all seeds;
     fail on a too-large drop.

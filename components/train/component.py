@@ -4,9 +4,9 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.tracking import DEFAULT_EXPERIMENT
+from ampbench.experiment import Resources, TrackingSettings
 from ampbench.train.config import TrainConfig
-from ampbench.train.trainjob import DEFAULT_RUNTIME, DEFAULT_TIMEOUT_S
+from ampbench.train.trainjob import DEFAULT_TIMEOUT_S
 
 # Component parameter -> its default, from the one place each is defined.
 DEFAULTS = {
@@ -25,8 +25,10 @@ DEFAULTS = {
     "allow_emulated": TrainConfig.allow_emulated,
     "cuda_graphs": TrainConfig.cuda_graphs,
     "grad_comm": TrainConfig.grad_comm,
-    "experiment": DEFAULT_EXPERIMENT,
-    "trainer_runtime": DEFAULT_RUNTIME,
+    "experiment": TrackingSettings.experiment,
+    "tracking": TrackingSettings.tracking,
+    "num_nodes": Resources.num_nodes,
+    "trainer_runtime": Resources.trainer_runtime,
     "timeout_s": DEFAULT_TIMEOUT_S,
 }
 
@@ -55,17 +57,17 @@ def train(
     cuda_graphs: bool,
     grad_comm: str,
     experiment: str,
+    tracking: bool,
+    num_nodes: int,
     trainer_runtime: str,
     timeout_s: int,
     checkpoint_dir: str = "",
     pipeline_run_id: str = "",
     registered_model_name: str = "",
-    tracking: bool = True,
     requested_gpu_type: str = "",
     requested_gpu_count: int = 0,
     requested_cpu: str = "",
     requested_memory: str = "",
-    num_nodes: int = 1,
     trainjob_image: str = "",
     node_selector: dict = {},  # noqa: B006 - KFP takes a literal default
     config_map: str = "",
