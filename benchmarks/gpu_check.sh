@@ -30,7 +30,7 @@
 #
 # --cpu-smoke runs the same stages where there is no GPU, small: the gpu tests are collected
 # (they would skip), the benchmarks run their CPU smoke tests (fp8 emulated), and the pipeline
-# trains small-cnn on 256 images. `make test` runs it with a bundle built for its Python.
+# trains small-cnn on 128 images. `make test` runs it with a bundle built for its Python.
 set -uo pipefail
 checkout=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -135,7 +135,7 @@ if [ "$smoke" = 1 ]; then
   stage vit 300 "$python" "${bench[@]}" --device cpu --model vit-s --lr 0.02 --no-bare \
     --precisions fp32,fp8 --subset 32 --batch-sizes 16 --arms "$out/vit-arms.jsonl" \
     --json "$out/vit.json"
-  pipeline=(--subset 256 --batch-size 64 --model small-cnn --allow-emulated)
+  pipeline=(--subset 128 --batch-size 32 --model small-cnn --allow-emulated)
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   timeout_option=()  # a stuck test must not eat the machine's time (pytest-timeout)
