@@ -66,16 +66,16 @@ def add_training_options(parser: argparse.ArgumentParser) -> set[str]:
 
 def add_comparison_options(parser: argparse.ArgumentParser) -> set[str]:
     """The comparison's options (`run` and `compare`). The names of the options added."""
-    parser.add_argument(
+    drop = parser.add_argument(
         "--max-accuracy-drop",
         type=non_negative_number,
         metavar="PP",
         help="fail when the AMP arm loses more than PP percentage points of accuracy",
     )
-    parser.add_argument(
+    mismatch = parser.add_argument(
         "--allow-mismatch",
         action="store_true",
         help="compare arms that differ in more than precision (GPU model, versions, settings) "
         "instead of refusing; the report then carries a warning",
     )
-    return {"max_accuracy_drop", "allow_mismatch"}
+    return {drop.dest, mismatch.dest}
