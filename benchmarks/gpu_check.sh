@@ -135,7 +135,7 @@ if [ "$smoke" = 1 ]; then
   stage vit 300 "$python" "${bench[@]}" --device cpu --model vit-s --lr 0.02 --no-bare \
     --precisions fp32,fp8 --subset 32 --batch-sizes 16 --arms "$out/vit-arms.jsonl" \
     --json "$out/vit.json"
-  pipeline=(--subset 128 --batch-size 32 --model small-cnn --allow-emulated)
+  pipeline=(--subset 64 --batch-size 16 --model small-cnn --allow-emulated)
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   timeout_option=()  # a stuck test must not eat the machine's time (pytest-timeout)

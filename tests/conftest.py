@@ -38,6 +38,13 @@ CIFAR_ARCHIVE_ENV = "AMPBENCH_CIFAR10_ARCHIVE"
 DEFAULT_CIFAR_ARCHIVE = REPO.parent / "shared" / "datasets" / "cifar10-jpeg.tar.gz"
 IN_CI = os.environ.get("CI") == "true"
 
+# In each pytest-xdist worker, its share of the cores for torch's threads (and those of the
+# processes it starts): two workers' OpenMP teams spinning on the same two cores ran 2-3 times
+# slower. Only where the user has not set it.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
+
 
 def require(condition: bool, reason: str) -> None:
     """Skip when a test's prerequisite is missing, except under CI, where that is a failure."""
@@ -46,6 +53,24 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true and {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def small_cnn_of_width(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """Every model the trainer builds in this process: a small-cnn `width` channels wide (the
+    built-in is 64). Convolutions cost about width squared, and a CPU without native bf16 (or
+    fp16) runs an autocast arm's on scalar fallback kernels, ten times fp32's time or more."""
+    from ampbench.train import arm
+    from ampbench.train.models import small_cnn
+
+    monkeypatch.setattr(
+        arm, "build_model", lambda name, classes, image_shape: small_cnn(classes, width=width)
+    )
+
+
+@pytest.fixture()
+def tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small-cnn 8 channels wide, for tests of what a run records rather than what it learns."""
+    small_cnn_of_width(monkeypatch, 8)
 
 
 @pytest.fixture(scope="session")

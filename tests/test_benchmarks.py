@@ -114,17 +114,17 @@ def test_gpu_check_from_a_bundle_on_the_cpu(cifar_archive: Path, tmp_path: Path)
     assert [arm["precision"]["requested"] for arm in arms] == ["fp32", "bf16"]
     bare = jsonl(out / "bare.jsonl")
     assert [(loop["precision"], loop["model"], loop["batch_size"]) for loop in bare] == [
-        ("fp32", "small-cnn", 32),
-        ("bf16", "small-cnn", 32),
+        ("fp32", "small-cnn", 16),
+        ("bf16", "small-cnn", 16),
     ]
     assert all(loop["images_per_s"] > 0 and loop["steps"] > 0 for loop in bare)
     gpu = json.loads((out / "gpu.json").read_text())
-    comparison = gpu["comparisons"]["32"]
+    comparison = gpu["comparisons"]["16"]
     assert list(comparison["arms"]) == ["fp32", "bf16"]
     # One seed: the speedup is the arms' own throughputs' ratio, from this run's arms.
     throughput = [arm["timing"]["throughput_img_s"] for arm in arms]
     assert comparison["speedup"] == pytest.approx(throughput[1] / throughput[0], rel=1e-9)
-    ratios = gpu["engine_over_bare"]["32"]
+    ratios = gpu["engine_over_bare"]["16"]
     assert list(ratios) == ["fp32", "bf16"]
     for precision, ratio in ratios.items():
         engine = next(a for a in arms if a["precision"]["requested"] == precision)
@@ -134,7 +134,7 @@ def test_gpu_check_from_a_bundle_on_the_cpu(cifar_archive: Path, tmp_path: Path)
     assert "===== RESULTS =====" in resnet and "steady-state speedup" in resnet
     assert "engine / bare" in resnet
     # --profile: a Chrome trace and a table per arm, engine and bare loop alike.
-    for arm in ("engine-fp32-b32-s0", "bare-fp32-b32-s0", "engine-bf16-b32-s0", "bare-bf16-b32-s0"):
+    for arm in ("engine-fp32-b16-s0", "bare-fp32-b16-s0", "engine-bf16-b16-s0", "bare-bf16-b16-s0"):
         trace = json.loads((out / "profiles" / f"{arm}.trace.json").read_text())
         assert trace["traceEvents"], arm
         assert "Self CPU" in (out / "profiles" / f"{arm}.txt").read_text()

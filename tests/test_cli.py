@@ -132,7 +132,7 @@ def test_run_stops_at_once_on_a_cpu_without_native_bf16(
     assert not (tmp_path / "o").exists()  # refused before the pipeline made anything
 
 
-@pytest.mark.usefixtures("cpu_without_bf16")
+@pytest.mark.usefixtures("cpu_without_bf16", "tiny_model")
 def test_train_refuses_emulated_amp_and_labels_it_when_allowed(
     capsys: pytest.CaptureFixture[str], synthetic_dataset: Path, tmp_path: Path
 ) -> None:
@@ -192,6 +192,7 @@ def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
     assert (tmp_path / "cmp" / "report.md").is_file()
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_compare_refuses_arms_that_differ_in_more_than_precision(
     capsys: pytest.CaptureFixture[str], synthetic_dataset: Path, tmp_path: Path
 ) -> None:

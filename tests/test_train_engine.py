@@ -25,7 +25,6 @@ from ampbench.train import arm, checkpoint, device
 from ampbench.train.config import TrainConfig
 from ampbench.train.flops import train_step_flops
 from ampbench.train.loop import Trainer, train
-from ampbench.train.models import small_cnn
 from ampbench.train.optim import build_optimizer
 
 TIMING_KEYS = {"time_s", "throughput_img_s", "train_peak_memory_mb"}
@@ -156,15 +155,6 @@ def test_divergence_stops_with_the_step_named(synthetic_dataset: Path) -> None:
         AmpbenchError, match=r"loss became NaN or inf at step \d+ \(epoch 1, fp32\)"
     ):
         train(small_config(synthetic_dataset, lr=1e12, epochs=1))
-
-
-@pytest.fixture()
-def tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A small-cnn 8 channels wide: fp16 on a CPU runs scalar fallback kernels (100 images
-    take 15 s at the usual width), and the GradScaler's bookkeeping is what is tested."""
-    monkeypatch.setattr(
-        arm, "build_model", lambda name, classes, image_shape: small_cnn(classes, width=8)
-    )
 
 
 @pytest.mark.usefixtures("tiny_model")
