@@ -133,7 +133,7 @@ if [ "$smoke" = 1 ]; then
     --bare-arms "$out/bare.jsonl" --json "$out/gpu.json" --profile "$out/profiles"
   # fp8 runs emulated here (torchao's emulate=True): the script's path, not its speed.
   stage vit 300 "$python" "${bench[@]}" --device cpu --model vit-s --lr 0.02 --no-bare \
-    --precisions fp32,fp8 --subset 32 --batch-sizes 16 --arms "$out/vit-arms.jsonl" \
+    --precisions fp32,fp8 --subset 16 --batch-sizes 8 --arms "$out/vit-arms.jsonl" \
     --json "$out/vit.json"
   pipeline=(--subset 64 --batch-size 16 --model small-cnn --allow-emulated)
 else

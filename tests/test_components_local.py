@@ -136,9 +136,9 @@ def test_compare_component_in_the_pipeline_over_two_seeds(local_runner: Path) ->
     pipeline = build_pipeline(schedule="sequential")
     task = pipeline(
         data="synthetic",
-        subset=200,
+        subset=100,
         epochs=1,
-        runs=matrix_runs(["small-cnn"], [50], ["amp"], [0, 1]),
+        runs=matrix_runs(["small-cnn"], [25], ["amp"], [0, 1]),
         allow_emulated=True,
         tracking=False,
     )

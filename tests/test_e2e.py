@@ -1,7 +1,7 @@
 """`ampbench run` end to end: real CIFAR-10, the KFP local runner, MLflow, the RESULTS block,
 for an experiment matrix of 2 models x 2 batch sizes x 2 precisions (8 training tasks).
 
-Small models (a built-in one and a user's package.module:factory), 256 images, one epoch,
+Small models (a built-in one and a user's package.module:factory), 128 images, one epoch,
 --allow-emulated: the flow is under test, on any CPU; the AMP arms are labelled emulated where
 the CPU has no native bf16."""
 
@@ -61,7 +61,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> 
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "user"), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(cifar_archive)]
-    command += ["--subset", "256", "--epochs", "1", "--allow-emulated"]
+    command += ["--subset", "128", "--epochs", "1", "--allow-emulated"]
     command += ["--models", ",".join(MODELS), "--batch-sizes", "32,64", "--precisions", "amp"]
     command += ["--output-dir", str(work / "out")]
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
@@ -113,7 +113,7 @@ def test_results_json_is_consistent_with_each_training_result(local_run: dict[st
     assert set(comparison.comparisons) == {a for a in ARMS if a.endswith(" amp")}
     for name, own in by_arm.items():
         assert arms[name].per_seed == [own]
-        assert own.dataset.train_images == 256 and len(own.epochs) == 1
+        assert own.dataset.train_images == 128 and len(own.epochs) == 1
         assert own.timing.warmup_s > 0 and own.timing.throughput_img_s > 0
         assert own.requested_resources is None
         assert own.compute is not None and own.compute.flops_per_step > 0
@@ -167,7 +167,7 @@ def test_mlflow_holds_a_parent_and_two_child_runs_with_metrics(local_run: dict[s
         assert child.data.metrics["train_time_s"] > 0
         assert child.data.params["precision.emulated"] in ("True", "False")
         # The images actually used: the prepare step took the subset, so `subset` is 0 here.
-        assert child.data.params["train_images"] == child.data.params["test_images"] == "256"
+        assert child.data.params["train_images"] == child.data.params["test_images"] == "128"
         # Each arm's dtype follows from its precision (amp on a CPU is bf16): swapped or
         # precision-blind tags would fail here. No CUDA graphs on a CPU, as recorded.
         expected_dtype = {"fp32": "none", "amp": "bfloat16"}[child.data.tags["ampbench.precision"]]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["services"]
 
-SMALL_RUN = ["--data", "synthetic", "--subset", "100", "--epochs", "2", "--batch-size", "25"]
+SMALL_RUN = ["--data", "synthetic", "--subset", "50", "--epochs", "2", "--batch-size", "10"]
 SMALL_RUN += ["--model", "small-cnn", "--allow-emulated"]
 
 
@@ -121,7 +121,7 @@ def test_export_copies_report_plots_results_and_models(
     bucket, prefix = proxied_run["export"].removeprefix("s3://").split("/", 1)
     keys = {key.removeprefix(prefix + "/") for key in rgw.list_keys(bucket, prefix)}
     assert {"results.json", "report.md", "report.html"} <= keys
-    models = {"models/small-cnn-b25-fp32-seed0.pt", "models/small-cnn-b25-amp-seed0.pt"}
+    models = {"models/small-cnn-b10-fp32-seed0.pt", "models/small-cnn-b10-amp-seed0.pt"}
     assert models <= keys
     assert len([k for k in keys if k.startswith("plots/")]) == 3
     local = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
@@ -155,7 +155,7 @@ def test_direct_artifact_mode(
     env = {"MLFLOW_TRACKING_URI": mlflow_server_direct.uri, **mlflow_server_direct.client_env()}
     ampbench(
         env, tmp_path, "train", "--dataset", str(synthetic_dataset), "--precision", "amp",
-        "--model", "small-cnn", "--epochs", "1", "--batch-size", "50", "--subset", "200",
+        "--model", "small-cnn", "--epochs", "1", "--batch-size", "10", "--subset", "50",
         "--allow-emulated", "--experiment", experiment, "--output-dir", str(tmp_path / "o"),
     )  # fmt: skip
     (run,) = search_runs(mlflow_server_direct, experiment)
