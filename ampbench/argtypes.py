@@ -45,6 +45,14 @@ def non_negative_number(text: str) -> float:
     return value
 
 
+def accuracy_drop(text: str) -> float:
+    """Percentage points of accuracy, or -1: no limit (a pipeline parameter cannot be None)."""
+    value = number(text)
+    if not (value >= 0 or value == -1):
+        raise argparse.ArgumentTypeError(f"must be 0 or more (or -1: off), not {text}")
+    return value
+
+
 def positive_number(text: str) -> float:
     value = number(text)
     if not value > 0:

@@ -10,12 +10,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
+from ampbench.argtypes import accuracy_drop, one_of
 from ampbench.cluster import CONFIG_MAP, GPU_RESOURCE, SECRET, TRAIN_CPU, TRAIN_MEMORY
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import DEFAULT_RUNS
 from ampbench.settings import Setting, described, same_as, setting
 from ampbench.tracking import DEFAULT_EXPERIMENT
-from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA
+from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA, PRECISIONS
 from ampbench.train.config import TrainConfig, processes_per_arm
 from ampbench.train.trainjob import DEFAULT_RUNTIME
 
@@ -40,7 +41,7 @@ class ArmSettings:
         "makes it); every (model, batch size) group needs a baseline_precision run",
     )
     baseline_precision: str = setting(
-        BASELINE_PRECISION, "the precision every arm is compared with"
+        BASELINE_PRECISION, "the precision every arm is compared with", parse=one_of(PRECISIONS)
     )
 
 
@@ -70,10 +71,14 @@ class TrackingSettings:
 @dataclass(frozen=True)
 class ComparisonSettings:
     allow_mismatch: bool = setting(
-        False, "compare arms that differ in more than precision, with a warning"
+        False,
+        "compare arms that differ in more than precision (GPU model, versions, settings) "
+        "instead of refusing; the report then carries a warning",
     )
     max_accuracy_drop: float = setting(
-        -1.0, "fail when an arm loses more than this many percentage points (-1: off)"
+        -1.0,
+        "fail when an arm loses more than this many percentage points of accuracy (-1: off)",
+        parse=accuracy_drop,
     )
 
 

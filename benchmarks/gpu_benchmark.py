@@ -49,6 +49,7 @@ from ampbench.compare.analysis import compare_arms
 from ampbench.compare.report import render_text, tables
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults, read_arm_results
+from ampbench.train import BASELINE_PRECISION
 from ampbench.train.config import TrainConfig
 
 # 4 steps of 16: a bf16 arm without native bf16 runs at a tenth of fp32's speed.
@@ -403,7 +404,8 @@ def main() -> None:
     # The smoke test checks the script, not the CPU: an emulated bf16 arm is labelled so.
     args.allow_emulated = args.allow_emulated or smoke
     precisions = args.precisions or (CPU_SMOKE["precisions"] if smoke else "fp32,amp,bf16,tf32")
-    precisions = sorted(precisions.split(","), key=lambda p: p != "fp32")  # the baseline first
+    # The baseline first.
+    precisions = sorted(precisions.split(","), key=lambda p: p != BASELINE_PRECISION)
     sizes = args.batch_sizes or (CPU_SMOKE["batch_sizes"] if smoke else "128,512")
     batch_sizes = [int(b) for b in sizes.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -466,7 +468,7 @@ def main() -> None:
     ratios = {}
     for batch, arms in runs.items():
         try:
-            comparison = compare_arms(arms, baseline="fp32")
+            comparison = compare_arms(arms, baseline=BASELINE_PRECISION)
         except AmpbenchError as error:
             print(f"\nbatch {batch}: no comparison ({error})")
             continue

@@ -31,6 +31,7 @@ from common import archive_argument, median, shrink_evaluation, table, write_jso
 
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
+from ampbench.results import RESULTS_FILE
 from ampbench.tracking import ArmRun
 from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
@@ -88,11 +89,11 @@ def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
         run.log_metrics(record, step=epoch)  # what the train step does between epochs
         assert run.flush() and not run.pending
         sends.append(time.perf_counter() - started)
-    results = tmp / "results.json"
+    results = tmp / RESULTS_FILE
     results.write_text("{}")
     started = time.perf_counter()
     run.finish(
-        {"results.json": results},
+        {RESULTS_FILE: results},
         build_model("resnet18", 10).eval(),
         example_input((32, 32, 3)).numpy(),
     )

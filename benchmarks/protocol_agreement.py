@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from common import REPO, archive_argument, median, table, write_json
 
+from ampbench.results import RESULTS_FILE
 from ampbench.train.precision import cpu_capability, cpu_name, resolve
 
 SETUP = ["--subset", "2048", "--epochs", "2", "--model", "small-cnn"]
@@ -37,7 +38,7 @@ def pipeline_speedup(archive: Path, out: Path) -> float:
     )
     if done.returncode != 0:
         sys.exit(f"protocol_agreement: ampbench run failed:\n{done.stderr[-3000:]}")
-    return json.loads((out / "results.json").read_text())["speedup"]
+    return json.loads((out / RESULTS_FILE).read_text())["speedup"]
 
 
 def benchmark_speedup(archive: Path, out: Path) -> float:

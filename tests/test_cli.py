@@ -154,7 +154,7 @@ def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) 
         (["run", "--subset", "many"], "argument --subset: 'many' is not a whole number"),
         (["run", "--seeds", "1,1"], "distinct seeds"),
         (["run", "--model", "vgg"], "argument --model: invalid choice: 'vgg'"),
-        (["run", "--max-accuracy-drop", "-1"], "must be 0 or more, not -1"),
+        (["run", "--max-accuracy-drop", "-2"], "must be 0 or more (or -1: off), not -2"),
         (["run", "--models", "small-cnn,vgg"], "argument --models: invalid choice: 'vgg'"),
         (["submit", "--models", "x:"], "argument --models: invalid choice: 'x:'"),
         (["run", "--precisions", "fp16,int4"], "argument --precisions: invalid choice: 'int4'"),

@@ -9,6 +9,7 @@ import torch
 from kfp import dsl, local
 
 from ampbench.comparison import read_comparison
+from ampbench.components.prepare.component import DEFAULTS as PREPARE_DEFAULTS
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
 from ampbench.matrix import matrix_runs
@@ -73,16 +74,16 @@ def test_prepare_checks_each_arms_global_batch(
     make_image_folder(tmp_path / "tree", ["a", "b"], {"train": 25, "test": 2})
     dataset = dsl.Dataset(name="dataset", uri=str(tmp_path / "dataset"), metadata={})
     runs = matrix_runs(["small-cnn"], [25], ["amp"], [0])
-    settings = {"data": str(tmp_path / "tree"), "runs": runs, "epochs": 1, "lr": 0.1}
     # python_func is the source as written: the parameters with_defaults gives defaults to
     # have none there.
-    settings |= {"grad_comm": "fp32", "test_fraction": 0.2}
+    settings = {**PREPARE_DEFAULTS, "data": str(tmp_path / "tree"), "runs": runs, "epochs": 1}
+    settings |= {"gpu_count": gpu_count, "num_nodes": num_nodes}
     if not error:
-        prepare.python_func(dataset=dataset, gpu_count=gpu_count, num_nodes=num_nodes, **settings)
+        prepare.python_func(dataset=dataset, **settings)
         assert dataset.metadata["counts"]["train"] == 50
         return
     with pytest.raises(SystemExit):
-        prepare.python_func(dataset=dataset, gpu_count=gpu_count, num_nodes=num_nodes, **settings)
+        prepare.python_func(dataset=dataset, **settings)
     assert capsys.readouterr().err.strip().splitlines()[-1] == error
 
 

@@ -222,8 +222,8 @@ def test_sequential_schedule_trains_one_run_after_the_other(tmp_path: Path) -> N
 
 def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str, Any]]) -> None:
     """The pipeline and the train component take their defaults from TrainConfig, and the
-    compare component from the experiment; a component's source, which KFP embeds in the
-    YAML, holds no copy of them."""
+    prepare and compare components from the experiment; a component's source, which KFP embeds
+    in the YAML, holds no copy of them."""
     from ampbench.components.train.component import DEFAULTS
     from ampbench.train.config import TrainConfig
 
@@ -233,8 +233,10 @@ def test_defaults_are_the_training_configs_written_once(compiled: list[dict[str,
                         ("image_size", "image_size"), ("grad_comm", "grad_comm")):  # fmt: skip
         assert pipeline[name]["defaultValue"] == getattr(TrainConfig, field), name
     from ampbench.components.compare.component import DEFAULTS as COMPARE_DEFAULTS
+    from ampbench.components.prepare.component import DEFAULTS as PREPARE_DEFAULTS
 
-    for step, defaults in (("train", DEFAULTS), ("compare", COMPARE_DEFAULTS)):
+    steps = (("prepare", PREPARE_DEFAULTS), ("train", DEFAULTS), ("compare", COMPARE_DEFAULTS))
+    for step, defaults in steps:
         task = all_tasks(spec)[step]
         component = spec["components"][task["componentRef"]["name"]]
         inputs = component["inputDefinitions"]["parameters"]

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ampbench.argtypes import positive_int
+from ampbench.cli.options import add_experiment_options
 from ampbench.errors import AmpbenchError
 from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
 
@@ -30,11 +31,7 @@ def add_report(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--output-dir", type=Path, default=Path("report"), help="where to write the report"
     )
-    parser.add_argument(
-        "--allow-mismatch",
-        action="store_true",
-        help="compare arms that differ in more than precision, with a warning",
-    )
+    add_experiment_options(parser, names=("allow_mismatch",))
     parser.set_defaults(handler=_report)
 
 

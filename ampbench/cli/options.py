@@ -6,7 +6,6 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from ampbench.argtypes import non_negative_number
 from ampbench.settings import Setting, described
 
 # The training settings `run` and `train` share, each an option of its name.
@@ -65,17 +64,6 @@ def add_training_options(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def add_comparison_options(parser: argparse.ArgumentParser) -> set[str]:
-    """The comparison's options (`run` and `compare`). The names of the options added."""
-    drop = parser.add_argument(
-        "--max-accuracy-drop",
-        type=non_negative_number,
-        metavar="PP",
-        help="fail when the AMP arm loses more than PP percentage points of accuracy",
-    )
-    mismatch = parser.add_argument(
-        "--allow-mismatch",
-        action="store_true",
-        help="compare arms that differ in more than precision (GPU model, versions, settings) "
-        "instead of refusing; the report then carries a warning",
-    )
-    return {drop.dest, mismatch.dest}
+    """The comparison's options and the baseline's precision (`run` and `compare`). The names
+    of the options added."""
+    return add_experiment_options(parser, sections=("comparison",), names=("baseline_precision",))

@@ -23,11 +23,7 @@ if TYPE_CHECKING:
 
 # -- run ----------------------------------------------------------------------------------------
 def add_run(commands: argparse._SubParsersAction) -> None:
-    from ampbench.train import (
-        AMP_PRECISION,
-        BASELINE_PRECISION,
-        PRECISIONS,
-    )
+    from ampbench.train import AMP_PRECISION, PRECISIONS
 
     parser = commands.add_parser(
         "run",
@@ -41,12 +37,6 @@ def add_run(commands: argparse._SubParsersAction) -> None:
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, help="one seed (default 0)")
     seeds.add_argument("--seeds", type=seed_list, help="several seeds, e.g. 0,1,2")
-    parser.add_argument(
-        "--baseline-precision",
-        choices=PRECISIONS,
-        default=BASELINE_PRECISION,
-        help="the baseline arm",
-    )
     parser.add_argument(
         "--precision", choices=PRECISIONS, default=AMP_PRECISION, help="the mixed-precision arm"
     )

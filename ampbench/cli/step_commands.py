@@ -112,7 +112,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 # -- compare ------------------------------------------------------------------------------------
 def add_compare(commands: argparse._SubParsersAction) -> None:
-    from ampbench.train import BASELINE_PRECISION
 
     parser = commands.add_parser(
         "compare",
@@ -122,9 +121,6 @@ def add_compare(commands: argparse._SubParsersAction) -> None:
         "group.",
     )
     parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
-    parser.add_argument(
-        "--baseline-precision", default=BASELINE_PRECISION, help="the baseline arms' precision"
-    )
     parser.add_argument("--output-dir", type=Path, required=True)
     add_comparison_options(parser)
     parser.set_defaults(handler=_compare)

@@ -27,6 +27,10 @@ class ParentRunOptions:
     run_name: str = ""
 
 
+# The files a report directory and the parent run's artifacts hold, beside RESULTS_FILE.
+REPORT_FILE, HTML_FILE, PLOTS_DIR = "report.md", "report.html", "plots"
+
+
 @dataclass(frozen=True)
 class CompareOutputs:
     """Where the compare step writes: JSON, Markdown, self-contained HTML, a folder of PNGs."""
@@ -40,9 +44,9 @@ class CompareOutputs:
     def in_directory(cls, directory: Path) -> CompareOutputs:
         return cls(
             directory / RESULTS_FILE,
-            directory / "report.md",
-            directory / "report.html",
-            directory / "plots",
+            directory / REPORT_FILE,
+            directory / HTML_FILE,
+            directory / PLOTS_DIR,
         )
 
 
@@ -93,7 +97,7 @@ def run_comparison(
     if parent_run is not None:
         comparison = _track(comparison, runs, parent_run, outputs, plots)
     log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
-    if max_accuracy_drop_pp is not None:
+    if max_accuracy_drop_pp is not None and max_accuracy_drop_pp >= 0:  # -1: off
         for name, this in comparison.comparisons.items():
             if -this.accuracy_delta_pp.value > max_accuracy_drop_pp:
                 raise AmpbenchError(
@@ -142,9 +146,9 @@ def _track(
     write_json(outputs.comparison, comparison)
     artifacts = {
         RESULTS_FILE: outputs.comparison,
-        "report.md": outputs.report,
-        "report.html": outputs.html,
-        **{f"plots/{plot.name}": plot for plot in plots},
+        REPORT_FILE: outputs.report,
+        HTML_FILE: outputs.html,
+        **{f"{PLOTS_DIR}/{plot.name}": plot for plot in plots},
     }
     finish_parent_run(run_id, artifacts, headline_metrics(comparison))
     return comparison

@@ -57,7 +57,7 @@ def compare(
             ),
             baseline=baseline_precision,
             parent_run=ParentRunOptions(experiment, pipeline_run_id) if tracking else None,
-            max_accuracy_drop_pp=max_accuracy_drop if max_accuracy_drop >= 0 else None,
+            max_accuracy_drop_pp=max_accuracy_drop,
             allow_mismatch=allow_mismatch,
         )
     for key, value in headline_metrics(outcome).items():

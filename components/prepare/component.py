@@ -5,32 +5,48 @@ from kfp import dsl
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
 from ampbench.data.sources import SourceOptions
+from ampbench.experiment import ArmSettings, DataSettings, Resources, TrainingSettings
 from ampbench.train.config import TrainConfig
+
+# Component parameter -> its default, from the one place each is defined.
+DEFAULTS = {
+    "subset": DataSettings.subset,
+    "test_fraction": SourceOptions.test_fraction,
+    "seed": SourceOptions.seed,
+    "skip_bad_images": SourceOptions.skip_bad_images,
+    "baseline_precision": ArmSettings.baseline_precision,
+    "train_image_size": TrainConfig.image_size,
+    "epochs": TrainingSettings.epochs,
+    "lr": TrainingSettings.lr,
+    "grad_comm": TrainingSettings.grad_comm,
+    "gpu_count": Resources.gpu_count,
+    "num_nodes": Resources.num_nodes,
+}
 
 
 @dsl.component(base_image=DEFAULT_IMAGE, install_kfp_package=False)
-@with_defaults({"grad_comm": TrainConfig.grad_comm, "test_fraction": SourceOptions.test_fraction})
+@with_defaults(DEFAULTS)
 def prepare(
     data: str,
     dataset: dsl.Output[dsl.Dataset],
-    grad_comm: str,
+    subset: int,
     test_fraction: float,
-    subset: int = 0,
-    seed: int = 0,
+    seed: int,
+    skip_bad_images: bool,
+    baseline_precision: str,
+    train_image_size: int,
+    epochs: int,
+    lr: float,
+    grad_comm: str,
+    gpu_count: int,
+    num_nodes: int,
     val_fraction: float = 0.0,
     image_size: int = 0,
-    skip_bad_images: bool = False,
     max_extract_bytes: int = 0,
     max_members: int = 0,
     max_image_pixels: int = 0,
     max_decoded_bytes: int = 0,
     runs: list = [],  # noqa: B006 - KFP takes list defaults this way
-    baseline_precision: str = "fp32",
-    train_image_size: int = 0,
-    epochs: int = 0,
-    lr: float = 0.0,
-    gpu_count: int = 1,
-    num_nodes: int = 1,
     tracking: bool = False,
 ) -> None:
     """Prepare a data source (synthetic, cifar10/100, path, s3:// URI) as Parquet shards.
