@@ -109,49 +109,12 @@ def one_run(
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    archive_argument(parser)
-    parser.add_argument("--subset", type=int, default=1024)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--models", default="small-cnn", help="the matrix's models")
-    parser.add_argument("--batch-sizes", default="64,128", help="the matrix's batch sizes")
-    parser.add_argument(
-        "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
-    )
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    matrix = ["--models", args.models, "--batch-sizes", args.batch_sizes, *PRECISIONS]
-    matrix += ["--lr", str(args.lr)]
-    if not args.data.is_file():
-        sys.exit(f"matrix_overhead: {args.data}: no such archive (pass --data)")
-    print(f"CPU: {cpu_name()} ({cpu_capability()})")
-    floor = torch_process_s()
-    rows = []
-    for repeat in range(args.repeats):
-        with tempfile.TemporaryDirectory(prefix="ampbench-matrix-") as work:
-            rows += [
-                {"repeat": repeat, **row}
-                for row in one_run(args.data, args.subset, args.epochs, matrix, Path(work))
-            ]
+def report(args: argparse.Namespace, rows: list[dict[str, object]], floor: float) -> None:
+    """Each task's figures, the medians against an fp32 arm's training time and a bare torch
+    process (`floor`), and the JSON (--json)."""
     header = ["arm", "repeat", "task (s)", "arm end-to-end (s)", "training (s)", "overhead (s)"]
-    print(
-        table(
-            header,
-            [
-                [
-                    r["arm"],
-                    r["repeat"],
-                    r["task_s"],
-                    r["end_to_end_s"],
-                    r["train_time_s"],
-                    r["overhead_s"],
-                ]
-                for r in rows
-            ],
-        )
-    )
+    columns = ("arm", "repeat", "task_s", "end_to_end_s", "train_time_s", "overhead_s")
+    print(table(header, [[r[column] for column in columns] for r in rows]))
     overhead = median([float(r["overhead_s"]) for r in rows])
     shared = median([float(r["shared_per_arm_s"]) for r in rows])
     fp32_training = median([float(r["train_time_s"]) for r in rows if " fp32" in str(r["arm"])])
@@ -186,6 +149,35 @@ def main() -> None:
             "shared_per_arm_s": shared,
         },
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    archive_argument(parser)
+    parser.add_argument("--subset", type=int, default=1024)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--models", default="small-cnn", help="the matrix's models")
+    parser.add_argument("--batch-sizes", default="64,128", help="the matrix's batch sizes")
+    parser.add_argument(
+        "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    matrix = ["--models", args.models, "--batch-sizes", args.batch_sizes, *PRECISIONS]
+    matrix += ["--lr", str(args.lr)]
+    if not args.data.is_file():
+        sys.exit(f"matrix_overhead: {args.data}: no such archive (pass --data)")
+    print(f"CPU: {cpu_name()} ({cpu_capability()})")
+    floor = torch_process_s()
+    rows = []
+    for repeat in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="ampbench-matrix-") as work:
+            rows += [
+                {"repeat": repeat, **row}
+                for row in one_run(args.data, args.subset, args.epochs, matrix, Path(work))
+            ]
+    report(args, rows, floor)
 
 
 if __name__ == "__main__":

@@ -147,25 +147,9 @@ def extract_train_jpegs(archive: Path, target: Path, per_class: int) -> Path:
     return target
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    archive_argument(parser)
-    parser.add_argument("--model", default="resnet18", help="a model as --model takes it")
-    parser.add_argument(
-        "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
-    )
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"train_cpu: {args.data}: no such archive (pass --data)")
-    try:  # a setting the train step would refuse is one line, before any work
-        TrainConfig(Path(), model=args.model, lr=args.lr).validate()
-        build_model(args.model, 10)
-    except AmpbenchError as error:
-        sys.exit(f"train_cpu: {error}")
-    workload = Workload(args.model, args.lr)
+def measure(args: argparse.Namespace, workload: Workload) -> dict[tuple[str, str], list[float]]:
+    """Images/s of each loop (bare, engine, seed) and precision, args.repeats times, the
+    loops' order rotated each repeat."""
     logging.getLogger("ampbench").setLevel(logging.WARNING)
     images_needed = (WARMUP + args.steps) * BATCH
     with tempfile.TemporaryDirectory() as tmp:
@@ -195,9 +179,15 @@ def main() -> None:
                         f"repeat {repeat + 1}: {name:6} {precision}: {rate:7.1f} images/s",
                         flush=True,
                     )
+    return samples
+
+
+def report(args: argparse.Namespace, samples: dict[tuple[str, str], list[float]]) -> None:
+    """Each loop's median images/s per precision, their ratios against the goals, and the
+    JSON (--json)."""
     rates = {key: median(values) for key, values in samples.items()}
     rows = []
-    for name in loops:
+    for name in dict.fromkeys(name for name, _ in rates):
         fp32, bf16 = rates[(name, "fp32")], rates[(name, "bf16")]
         rows.append([name, fp32, bf16, bf16 / fp32])
     threads = torch.get_num_threads()
@@ -235,6 +225,28 @@ def main() -> None:
             "cpu": f"{cpu_name()} ({cpu_capability()}); bf16 {bf16.support}",
         },
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    archive_argument(parser)
+    parser.add_argument("--model", default="resnet18", help="a model as --model takes it")
+    parser.add_argument(
+        "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
+    )
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per measurement")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not args.data.is_file():
+        sys.exit(f"train_cpu: {args.data}: no such archive (pass --data)")
+    try:  # a setting the train step would refuse is one line, before any work
+        TrainConfig(Path(), model=args.model, lr=args.lr).validate()
+        build_model(args.model, 10)
+    except AmpbenchError as error:
+        sys.exit(f"train_cpu: {error}")
+    samples = measure(args, Workload(args.model, args.lr))
+    report(args, samples)
 
 
 if __name__ == "__main__":
