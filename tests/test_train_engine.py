@@ -50,6 +50,7 @@ def small_config(dataset: Path, **overrides: Any) -> TrainConfig:
     return TrainConfig(**{**settings, **overrides})
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_same_seed_gives_bitwise_identical_metrics(synthetic_dataset: Path) -> None:
     first, model_a = train(small_config(synthetic_dataset, seed=3))
     second, model_b = train(small_config(synthetic_dataset, seed=3))
@@ -112,6 +113,7 @@ def test_sigkill_mid_epoch_then_resume_ends_like_an_uninterrupted_run(
     assert state["loop"]["epoch"] == 2
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_checkpoints_of_an_earlier_run_need_resume(synthetic_dataset: Path, tmp_path: Path) -> None:
     directory = str(tmp_path / "ckpt")
     train(small_config(synthetic_dataset, epochs=1, checkpoint_dir=directory))
@@ -137,6 +139,7 @@ class Exploit:
         return (os.system, ("echo pwned",))
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_resume_refuses_a_checkpoint_of_another_run(
     synthetic_dataset: Path, tmp_path: Path
 ) -> None:
@@ -231,6 +234,7 @@ def test_compilation_happens_in_the_warm_up_not_the_clock(
     assert results.hyperparameters["compile"] is True
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_the_warm_up_leaves_the_training_trajectory_unchanged(synthetic_dataset: Path) -> None:
     """Warmed-up and cold runs end bitwise alike."""
     settings = {"batch_size": 20, "subset": 100}
@@ -281,6 +285,7 @@ def test_the_warm_up_puts_back_everything_a_step_changes(synthetic_dataset: Path
     assert scales_seen == [2.0**23, 2.0**22] and trainer.scaler.get_scale() == 2.0**24
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_one_time_costs_land_in_the_warm_up_not_in_the_training_time(
     synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -366,6 +371,7 @@ def test_memory_meter_sees_the_resident_data_a_training_peak_and_the_total() -> 
     assert about(reading["total"], total), reading  # resident + the largest window above it
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_nothing_else_runs_in_this_process_while_steps_are_timed(
     synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,6 +415,7 @@ def test_nothing_else_runs_in_this_process_while_steps_are_timed(
     assert threads_during_steps <= allowed, threads_during_steps - allowed
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_a_checkpoint_that_cannot_be_saved_does_not_end_the_training(
     synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
@@ -447,6 +454,7 @@ def test_target_accuracy_stops_at_the_first_epoch_that_reaches_it(
     assert reached.train_time_s == stopped.timing.train_time_s > 0
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_achieved_flops_are_the_counted_step_flops_over_the_training_time(
     synthetic_dataset: Path,
 ) -> None:
@@ -460,6 +468,7 @@ def test_achieved_flops_are_the_counted_step_flops_over_the_training_time(
     assert results.time_to_target is None  # no --target-accuracy
 
 
+@pytest.mark.usefixtures("tiny_model")
 def test_the_step_flops_counted_in_the_warm_up_are_those_of_a_step_of_their_own(
     synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
