@@ -59,6 +59,7 @@ CPU_SMOKE = {
     "precisions": "fp32,bf16",
     "batch_sizes": "16",
     "model": "small-cnn",
+    "warmup_steps": 1,
 }
 
 
@@ -71,7 +72,7 @@ def run_child(args: argparse.Namespace, kind: str, out: Path, dataset: Path, pre
         sys.executable, __file__, kind, str(out), "--dataset", str(dataset),
         "--precision", precision, "--batch-size", str(batch), "--seed", str(seed),
         "--epochs", str(args.epochs), "--model", args.model, "--device", args.device,
-        "--lr", str(args.lr),
+        "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps),
     ]  # fmt: skip
     command += ["--compile"] if args.compile else []
     command += ["--allow-emulated"] if args.allow_emulated else []
@@ -167,6 +168,9 @@ def parse_arguments() -> argparse.Namespace:
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile (in the warm-up)")
     parser.add_argument(
+        "--warmup-steps", type=int, help="untimed steps before each engine arm's clock (cpu: 1)"
+    )
+    parser.add_argument(
         "--allow-emulated",
         action="store_true",
         help="measure precisions the device has no native math for (cpu smoke: always)",
@@ -213,10 +217,12 @@ class Plan:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> Plan:
-        """Fills args.epochs, args.model and args.allow_emulated in as well."""
+        """Fills args.epochs, args.model, args.warmup_steps and args.allow_emulated in as well."""
         smoke = args.device == "cpu"
         args.epochs = args.epochs or (CPU_SMOKE["epochs"] if smoke else 2)
         args.model = args.model or (CPU_SMOKE["model"] if smoke else "resnet18")
+        if args.warmup_steps is None:
+            args.warmup_steps = CPU_SMOKE["warmup_steps"] if smoke else TrainConfig.warmup_steps
         # The smoke test checks the script, not the CPU: an emulated bf16 arm is labelled so.
         args.allow_emulated = args.allow_emulated or smoke
         precisions = args.precisions or (CPU_SMOKE["precisions"] if smoke else "fp32,amp,bf16,tf32")
@@ -301,7 +307,7 @@ def print_comparisons(outcome: Outcome) -> tuple[dict[str, Any], dict[str, Any]]
         comparisons[str(batch)] = schema.dump(comparison)
         print(f"\n===== batch {batch} =====")
         print(render_text(comparison))
-        header, rows = tables(comparison)["Against fp32"]
+        header, rows = tables(comparison)[f"Against {BASELINE_PRECISION}"]
         print()
         print(table(header, rows))
         if outcome.bare[batch]:
@@ -361,7 +367,7 @@ def main() -> None:
     if outcome.failed:
         sys.exit(f"gpu_benchmark: {len(outcome.failed)} arm(s) failed: {'; '.join(outcome.failed)}")
     if not comparisons:
-        sys.exit("gpu_benchmark: no batch size had an arm to compare with fp32")
+        sys.exit(f"gpu_benchmark: no batch size had an arm to compare with {BASELINE_PRECISION}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@
 #
 # --cpu-smoke runs the same stages where there is no GPU, small: the gpu tests are collected
 # (they would skip), the benchmarks run their CPU smoke tests (fp8 emulated), and the pipeline
-# trains small-cnn on 128 images. `make test` runs it with a bundle built for its Python.
+# trains small-cnn on 64 images. `make test` runs it with a bundle built for its Python.
 set -uo pipefail
 checkout=$(cd "$(dirname "$0")/.." && pwd)
 

@@ -19,9 +19,8 @@ CANNOT_RUN_HERE = 3  # a child's exit status when the device has no native math 
 # The bare loop's (warm-up, timed) steps, as the H200 measurement's bare_loop_gpu.py ran them.
 BARE_STEPS = {"cuda": (20, 100), "cpu": (1, 3)}
 PROFILE_STEPS = {"cuda": 50, "cpu": 2}
-# Engine steps before its profile starts: the 3-step warm-up (undone), and on a GPU a few
-# timed ones (the CPU smoke trains 4 steps in all).
-ENGINE_PROFILE_WAIT = {"cuda": 5, "cpu": 3}
+# Timed engine steps the profile waits for after the warm-up's (the CPU smoke trains 4).
+ENGINE_PROFILE_TIMED_WAIT = {"cuda": 2, "cpu": 0}
 
 
 def write_profile(profiler: Any, directory: Path, name: str, device_type: str) -> None:
@@ -39,8 +38,11 @@ def profiler_activities(device_type: str) -> list[Any]:
 
 
 @contextlib.contextmanager
-def engine_profile(directory: Path | None, name: str, device_type: str) -> Iterator[None]:
-    """torch.profiler over PROFILE_STEPS of the engine's timed steps. The engine is not
+def engine_profile(
+    directory: Path | None, name: str, device_type: str, warmup_steps: int
+) -> Iterator[None]:
+    """torch.profiler over PROFILE_STEPS of the engine's timed steps (after its warm-up's
+    `warmup_steps`, undone, and those of ENGINE_PROFILE_TIMED_WAIT). The engine is not
     changed for it: a step is counted at each optimizer step, or each CUDA graph replay where
     the engine replays its step as one."""
     if directory is None:
@@ -50,7 +52,8 @@ def engine_profile(directory: Path | None, name: str, device_type: str) -> Itera
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.profiler import profile, schedule
 
-    steps, wait = PROFILE_STEPS[device_type], ENGINE_PROFILE_WAIT[device_type]
+    steps = PROFILE_STEPS[device_type]
+    wait = warmup_steps + ENGINE_PROFILE_TIMED_WAIT[device_type]
     written: list[bool] = []
 
     def ready(profiler: Any) -> None:
@@ -95,6 +98,7 @@ def train_one_arm(args: argparse.Namespace) -> int:
         dataset_dir=args.dataset, precision=args.precision, epochs=args.epochs,
         batch_size=args.batch_size, seed=args.seed, model=args.model, compile=args.compile,
         device=args.device, allow_emulated=args.allow_emulated, lr=args.lr,
+        warmup_steps=args.warmup_steps,
     )  # fmt: skip
     try:  # an arm this device cannot run natively is skipped; any other error is a failure
         resolve(config.precision, pick_device(config.device), config.allow_emulated)
@@ -103,7 +107,8 @@ def train_one_arm(args: argparse.Namespace) -> int:
         return CANNOT_RUN_HERE
     name = f"engine-{args.precision}-b{args.batch_size}-s{args.seed}"
     try:
-        with engine_profile(args.profile, name, pick_device(config.device).type):
+        device_type = pick_device(config.device).type
+        with engine_profile(args.profile, name, device_type, config.warmup_steps):
             results, _ = train(config)
     except AmpbenchError as error:
         print(f"{error}", file=sys.stderr)

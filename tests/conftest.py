@@ -42,7 +42,8 @@ IN_CI = os.environ.get("CI") == "true"
 # processes it starts): two workers' OpenMP teams spinning on the same two cores ran 2-3 times
 # slower. Only where the user has not set it.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    _share = (_cores or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 

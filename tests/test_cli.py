@@ -175,8 +175,8 @@ def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:
     for precision in ("fp32", "bf16"):
         done = ampbench(
             "train", "--dataset", str(data), "--precision", precision, "--model", "small-cnn",
-            "--epochs", "1", "--batch-size", "50", "--no-tracking", "--allow-emulated",
-            "--output-dir", str(tmp_path / precision),
+            "--epochs", "1", "--batch-size", "10", "--subset", "40", "--no-tracking",
+            "--allow-emulated", "--output-dir", str(tmp_path / precision),
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert (tmp_path / precision / "results.json").is_file()

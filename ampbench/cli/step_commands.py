@@ -112,7 +112,6 @@ def _prepare(args: argparse.Namespace) -> int:
 
 # -- compare ------------------------------------------------------------------------------------
 def add_compare(commands: argparse._SubParsersAction) -> None:
-
     parser = commands.add_parser(
         "compare",
         help="run the compare step by itself",

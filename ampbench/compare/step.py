@@ -97,7 +97,7 @@ def run_comparison(
     if parent_run is not None:
         comparison = _track(comparison, runs, parent_run, outputs, plots)
     log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
-    if max_accuracy_drop_pp is not None and max_accuracy_drop_pp >= 0:  # -1: off
+    if max_accuracy_drop_pp is not None and max_accuracy_drop_pp >= 0:  # negative: off
         for name, this in comparison.comparisons.items():
             if -this.accuracy_delta_pp.value > max_accuracy_drop_pp:
                 raise AmpbenchError(
