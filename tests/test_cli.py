@@ -165,6 +165,10 @@ def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) 
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert expected in err and "Traceback" not in err
+    # The pipeline's "off" for the accuracy gate is an option value too.
+    compare = ["compare", "r.json", "--output-dir", "o", "--max-accuracy-drop"]
+    assert build_parser().parse_args([*compare, "-1"]).max_accuracy_drop == -1.0
+    assert build_parser().parse_args([*compare, "2.5"]).max_accuracy_drop == 2.5
 
 
 def test_prepare_train_compare_one_step_at_a_time(tmp_path: Path) -> None:

@@ -489,6 +489,7 @@ def test_run_comparison_writes_outputs_and_gates(tmp_path: Path) -> None:
     for plot in outputs.plots.iterdir():
         assert plot.read_bytes().startswith(b"\x89PNG")
     run_comparison([fp32, amp], outputs, max_accuracy_drop_pp=6.0)
+    run_comparison([fp32, amp], outputs, max_accuracy_drop_pp=-1.0)  # -1: no limit
     outputs.comparison.unlink()
     with pytest.raises(AmpbenchError, match=r"lost 5\.00 pp"):
         run_comparison([fp32, amp], outputs, max_accuracy_drop_pp=1.0)
