@@ -1,7 +1,10 @@
 """preflight: the checks `ampbench run`, `ampbench submit` and the prepare step make before
-anything trains, each a one-line error, and which of them each entry point makes."""
+anything trains, each a one-line error, and which of them each entry point makes; and
+preflight_arm, which every training process makes."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +13,8 @@ from ampbench.cluster import POD_ENV
 from ampbench.errors import AmpbenchError
 from ampbench.experiment import Experiment
 from ampbench.matrix import DEFAULT_RUNS, matrix_runs
-from ampbench.preflight import preflight
+from ampbench.preflight import preflight, preflight_arm
+from ampbench.train.config import TrainConfig
 
 WHERE = ("run", "submit", "prepare")
 RUNS = matrix_runs(["small-cnn"], [32], ["bf16"], [0, 1])
@@ -89,3 +93,28 @@ def test_every_training_leaf_is_checked_as_a_task_would(where: str) -> None:
         preflight(plan(RUNS, grad_comm="fp64"), where)  # type: ignore[arg-type]
     settled = plan(RUNS, checkpoint_dir="", checkpoint_every=200, allow_emulated=True)
     assert preflight(settled, where)  # type: ignore[arg-type]
+
+
+def test_every_training_process_checks_settings_then_precision_then_data(
+    synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    """preflight_arm, as each training process calls it: a bad setting or a precision this
+    device cannot run is refused before any data set is read (here there is none), and what
+    the data rules out names the data set."""
+    cpu = torch.device("cpu")
+    nowhere = tmp_path / "no-dataset"
+    with pytest.raises(AmpbenchError, match=r"^--lr: must be positive, not 0.0$"):
+        preflight_arm(TrainConfig(nowhere, precision="fp32", lr=0.0), cpu, 1)
+    with pytest.raises(AmpbenchError, match=r"^--precision tf32: TF32 is a CUDA tensor-core mode"):
+        preflight_arm(TrainConfig(nowhere, precision="tf32", allow_emulated=True), cpu, 1)
+    with pytest.raises(AmpbenchError, match="not a prepared dataset"):
+        preflight_arm(TrainConfig(nowhere, precision="fp32"), cpu, 1)
+    config = TrainConfig(synthetic_dataset, precision="fp32", batch_size=100, model="small-cnn")
+    precision, metadata = preflight_arm(config, cpu, 10)
+    assert precision.name == "fp32" and metadata["counts"]["train"] == 1000
+    with pytest.raises(AmpbenchError) as raised:
+        preflight_arm(config, cpu, 11)
+    assert str(raised.value) == (
+        f"{synthetic_dataset}: --batch-size 100 x 11 processes (a global batch of 1,100): "
+        "larger than the 1,000 training images"
+    )

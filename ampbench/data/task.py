@@ -9,8 +9,7 @@ from typing import Any
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.experiment import Experiment
 from ampbench.logs import setup_logging
-from ampbench.preflight import preflight
-from ampbench.train.config import check_against_dataset
+from ampbench.preflight import preflight, preflight_dataset
 
 
 def run_prepare_task(
@@ -30,12 +29,5 @@ def run_prepare_task(
     metadata = prepare_dataset(
         data, output, subset=subset, val_fraction=val_fraction, options=options
     )
-    for model, batch_size in sorted({(run.model, run.batch_size) for run in runs}):
-        check_against_dataset(
-            metadata,
-            batch_size=batch_size,
-            model=model,
-            image_size=experiment.dataset.image_size,
-            processes=experiment.processes,
-        )
+    preflight_dataset(experiment, runs, metadata)
     return metadata

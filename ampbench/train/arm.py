@@ -9,13 +9,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampbench.dataset_format import read_metadata
-from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+from ampbench.preflight import preflight_arm
 from ampbench.process import StartupClock
 from ampbench.train import distributed
 from ampbench.train.checkpoint import Checkpointer, TrainingState, fingerprint
-from ampbench.train.config import TrainConfig, check_against_dataset
+from ampbench.train.config import TrainConfig
 from ampbench.train.data import draw_crop_flip, read_to_device, step_generator
 from ampbench.train.device import device_record, pick_device, seed_everything
 from ampbench.train.flops import FlopAccount, train_step_flops
@@ -24,7 +23,6 @@ from ampbench.train.graphs import StepInputs, settle_cuda_graphs
 from ampbench.train.memory import MemoryMeter
 from ampbench.train.models import build_model
 from ampbench.train.optim import OneCycle, build_optimizer
-from ampbench.train.precision import resolve
 from ampbench.train.record import Recorder
 from ampbench.train.state import DeviceCounters, LoopState
 from ampbench.world import world_from_env
@@ -36,7 +34,6 @@ class ArmSetup:
     it. The steps of __init__ keep the protocol's order (loop.py's docstring)."""
 
     def __init__(self, config: TrainConfig) -> None:
-        config.validate()
         self.config = config
         self._settle_device()
         self._read_data()
@@ -73,16 +70,17 @@ class ArmSetup:
         )
 
     def _settle_device(self) -> None:
-        """The device, the precision and CUDA graphs, settled before any data is read (an
-        impossible precision fails first); the memory baseline is read last."""
+        """The device, then the preflight (settings, precision, data set: a mistake fails
+        before any data is read or a process group joined), then CUDA graphs; the memory
+        baseline is read last."""
         config = self.config
         self.world = world_from_env()
         self.device = pick_device(
             config.device, self.world.local_rank if self.world.distributed else None
         )
+        self.precision, self.metadata = preflight_arm(config, self.device, self.world.size)
         distributed.join(self.world, self.device)
         self.device_record = device_record(self.device)
-        self.precision = resolve(config.precision, self.device, config.allow_emulated)
         log.info("precision: %s (%s)", self.precision.label, self.precision.support)
         self.cuda_graphs, graphs_state = settle_cuda_graphs(
             config.cuda_graphs, self.device, self.world, config.warmup_steps, config.compile
@@ -94,20 +92,8 @@ class ArmSetup:
         self.startup = StartupClock()  # imports done, the device initialised
 
     def _read_data(self) -> None:
-        """The data set, checked against the settings before any split is read."""
+        """The data set (preflight_arm checked it against the settings) onto the device."""
         config = self.config
-        self.metadata = read_metadata(Path(config.dataset_dir))
-        try:
-            check_against_dataset(
-                self.metadata,
-                batch_size=config.batch_size,
-                model=config.model,
-                subset=config.subset,
-                image_size=config.image_size,
-                processes=self.world.size,
-            )
-        except AmpbenchError as error:
-            raise AmpbenchError(f"{config.dataset_dir}: {error}") from None
         self.train_data, self.eval_data = read_to_device(
             Path(config.dataset_dir),
             self.metadata,
