@@ -61,6 +61,14 @@ CPU_SMOKE = {
     "model": "small-cnn",
     "warmup_steps": 1,
 }
+FULL_RUN = {
+    "subset": 0,  # all
+    "epochs": 2,
+    "precisions": "fp32,amp,bf16,tf32",
+    "batch_sizes": "128,512",
+    "model": "resnet18",
+    "warmup_steps": TrainConfig.warmup_steps,
+}
 
 
 def run_child(args: argparse.Namespace, kind: str, out: Path, dataset: Path, precision: str,
@@ -208,7 +216,7 @@ def parse_arguments() -> argparse.Namespace:
 
 @dataclass
 class Plan:
-    """What the parent runs: the options, with the device's defaults where none was given."""
+    """What the parent runs, from the settled options (with_device_defaults)."""
 
     precisions: list[str]  # the baseline first
     batch_sizes: list[int]
@@ -217,23 +225,24 @@ class Plan:
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace) -> Plan:
-        """Fills args.epochs, args.model, args.warmup_steps and args.allow_emulated in as well."""
-        smoke = args.device == "cpu"
-        args.epochs = args.epochs or (CPU_SMOKE["epochs"] if smoke else 2)
-        args.model = args.model or (CPU_SMOKE["model"] if smoke else "resnet18")
-        if args.warmup_steps is None:
-            args.warmup_steps = CPU_SMOKE["warmup_steps"] if smoke else TrainConfig.warmup_steps
-        # The smoke test checks the script, not the CPU: an emulated bf16 arm is labelled so.
-        args.allow_emulated = args.allow_emulated or smoke
-        precisions = args.precisions or (CPU_SMOKE["precisions"] if smoke else "fp32,amp,bf16,tf32")
-        sizes = args.batch_sizes or (CPU_SMOKE["batch_sizes"] if smoke else "128,512")
-        subset = args.subset if args.subset is not None else (CPU_SMOKE["subset"] if smoke else 0)
+        """The plan of settled options (with_device_defaults)."""
         return cls(
-            precisions=sorted(precisions.split(","), key=lambda p: p != BASELINE_PRECISION),
-            batch_sizes=[int(b) for b in sizes.split(",")],
+            precisions=sorted(args.precisions.split(","), key=lambda p: p != BASELINE_PRECISION),
+            batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
             seeds=[int(s) for s in args.seeds.split(",")],
-            subset=subset,
+            subset=args.subset,
         )
+
+
+def with_device_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The parent's options with the device's defaults (CPU_SMOKE or FULL_RUN) where none was
+    given: a new namespace, the parsed one left as it was."""
+    smoke = args.device == "cpu"
+    defaults = CPU_SMOKE if smoke else FULL_RUN
+    settled = {name: value for name, value in defaults.items() if getattr(args, name) is None}
+    # The smoke test checks the script, not the CPU: an emulated bf16 arm is labelled so.
+    settled["allow_emulated"] = args.allow_emulated or smoke
+    return argparse.Namespace(**(vars(args) | settled))
 
 
 @dataclass
@@ -327,6 +336,7 @@ def main() -> None:
         sys.exit(train_one_arm(args))
     if args.bare_results is not None:
         sys.exit(bare_loop(args))
+    args = with_device_defaults(args)
     plan = Plan.from_arguments(args)
     if not args.data.is_file():
         sys.exit(f"gpu_benchmark: {args.data}: no such archive (pass --data)")
