@@ -4,6 +4,7 @@ that says what is wrong), and the help format that shows every option's default.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Sequence
 
 from ampbench.errors import AmpbenchError
@@ -69,6 +70,28 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+def json_list(text: str) -> list:
+    """A JSON list, e.g. [{"model": "resnet18", ...}]."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a JSON list")
+    return value
+
+
+def json_object(text: str) -> dict:
+    """A JSON object, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a JSON object")
+    return value
 
 
 def seed_list(text: str) -> list[int]:

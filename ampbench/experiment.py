@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from ampbench.argtypes import accuracy_drop, one_of
+from ampbench.argtypes import accuracy_drop, json_list, json_object, one_of
 from ampbench.cluster import CONFIG_MAP, GPU_RESOURCE, SECRET, TRAIN_CPU, TRAIN_MEMORY
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import DEFAULT_RUNS
@@ -39,6 +39,7 @@ class ArmSettings:
         'the experiment matrix: [{"model", "batch_size", "precision", "seed"}, ...], one '
         "training task each (`ampbench submit --models --batch-sizes --precisions --seeds` "
         "makes it); every (model, batch size) group needs a baseline_precision run",
+        parse=json_list,
     )
     baseline_precision: str = setting(
         BASELINE_PRECISION, "the precision every arm is compared with", parse=one_of(PRECISIONS)
@@ -97,6 +98,7 @@ class Resources:
     gpu_node_selector: dict = setting(
         {},
         'node labels for training tasks, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
+        parse=json_object,
     )
     train_cpu: str = setting(TRAIN_CPU, "CPU request and limit of a training task")
     train_memory: str = setting(TRAIN_MEMORY, "memory request and limit of a training task")

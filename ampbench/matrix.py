@@ -63,10 +63,26 @@ def matrix_runs(
     return [asdict(run) for run in runs]
 
 
+def runs_of_lists(
+    models: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    precisions: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    baseline: str = BASELINE_PRECISION,
+) -> list[dict[str, str | int]]:
+    """matrix_runs of the lists `run` and `submit` were given, each list not given the default
+    experiment's: TrainConfig's model, batch size and seed, and the AMP arm."""
+    return matrix_runs(
+        models or [TrainConfig.model],
+        batch_sizes or [TrainConfig.batch_size],
+        precisions or [AMP_PRECISION],
+        seeds or [TrainConfig.seed],
+        baseline,
+    )
+
+
 # What `make run` and the compiled pipeline train by default: the published pair.
-DEFAULT_RUNS = matrix_runs(
-    [TrainConfig.model], [TrainConfig.batch_size], [AMP_PRECISION], [TrainConfig.seed]
-)
+DEFAULT_RUNS = runs_of_lists()
 
 
 def parse_runs(runs: object) -> list[MatrixRun]:

@@ -25,11 +25,7 @@ from ampbench.argtypes import (
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.client import make_client
 from ampbench.pipelines.compile import add_build_options
-from ampbench.pipelines.parameter_options import (
-    add_pipeline_options,
-    pipeline_description,
-    pipeline_parameters,
-)
+from ampbench.pipelines.parameter_options import add_pipeline_options, dest
 from ampbench.pipelines.submit import (
     DEFAULT_EXPERIMENT,
     DEFAULT_POLL_INTERVAL_S,
@@ -102,9 +98,10 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         "--precisions", type=precision_list, metavar="LIST", help="e.g. tf32,fp16,bf16"
     )
     matrix.add_argument("--seeds", type=seed_list, metavar="LIST", help="e.g. 0,1,2")
-    parameters = pipeline_parameters()
-    add_pipeline_options(submit, parameters)
-    submit.set_defaults(handler=_submit, pipeline_parameters=parameters)
+    from ampbench.experiment import parameters
+
+    add_pipeline_options(submit, parameters())
+    submit.set_defaults(handler=_submit)
 
 
 def _add_upload(commands: argparse._SubParsersAction) -> None:
@@ -132,27 +129,21 @@ def _add_upload(commands: argparse._SubParsersAction) -> None:
 
 def _run_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The pipeline parameters given as options, and `runs` made from the matrix lists."""
-    from ampbench.matrix import matrix_runs
+    from ampbench.experiment import parameters
+    from ampbench.matrix import runs_of_lists
+    from ampbench.train import BASELINE_PRECISION
 
     arguments = {
-        parameter.name: getattr(args, parameter.dest)
-        for parameter in args.pipeline_parameters
-        if hasattr(args, parameter.dest)
+        parameter.name: getattr(args, dest(parameter))
+        for parameter in parameters()
+        if hasattr(args, dest(parameter))
     }
-    defaults = {parameter.name: parameter.default for parameter in args.pipeline_parameters}
-    lists = {"models": args.models, "batch_sizes": args.batch_sizes}
-    lists |= {"precisions": args.precisions, "seeds": args.seeds}
-    if any(value is not None for value in lists.values()):
+    lists = (args.models, args.batch_sizes, args.precisions, args.seeds)
+    if any(values is not None for values in lists):
         if "runs" in arguments:
             raise AmpbenchError("--runs and --models/--batch-sizes/--precisions/--seeds: give one")
-        first = defaults["runs"][0]
-        arguments["runs"] = matrix_runs(
-            lists["models"] or [first["model"]],
-            lists["batch_sizes"] or [first["batch_size"]],
-            lists["precisions"] or [run["precision"] for run in defaults["runs"]],
-            lists["seeds"] or [first["seed"]],
-            arguments.get("baseline_precision", defaults["baseline_precision"]),
-        )
+        baseline = arguments.get("baseline_precision", BASELINE_PRECISION)
+        arguments["runs"] = runs_of_lists(*lists, baseline)
     return arguments
 
 
@@ -197,6 +188,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _upload(args: argparse.Namespace) -> int:
     from ampbench.pipelines.compile import compile_pipeline
+    from ampbench.pipelines.pipeline import build_pipeline
 
     client = make_client(args.host, args.namespace, args.token_file)
     with tempfile.TemporaryDirectory(prefix="ampbench-upload-") as tmp:
@@ -206,7 +198,7 @@ def _upload(args: argparse.Namespace) -> int:
             pipeline_file=package,
             name=args.name,
             version=args.version_name,
-            description=args.description or pipeline_description(),
+            description=args.description or build_pipeline().description,
             namespace=args.namespace,
         )
     if uploaded.version_id is None:

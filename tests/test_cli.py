@@ -159,6 +159,10 @@ def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) 
         (["submit", "--models", "x:"], "argument --models: invalid choice: 'x:'"),
         (["run", "--precisions", "fp16,int4"], "argument --precisions: invalid choice: 'int4'"),
         (["submit", "--precisions", "fp9"], "argument --precisions: invalid choice: 'fp9'"),
+        # submit reads each pipeline parameter with its leaf's own parser, as run does.
+        (["submit", "--grad-comm", "int8"], "argument --grad-comm: 'int8' is not one of fp32, "),
+        (["submit", "--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
+        (["submit", "--gpu-node-selector", "h100"], "argument --gpu-node-selector: 'h100' is not "),
     ):
         with pytest.raises(SystemExit) as exited:
             main(argv)
@@ -457,7 +461,6 @@ def test_training_settings_are_checked_before_anything_runs(
     [
         (["--num-nodes", "0"], "--num-nodes: must be at least 1, not 0"),
         (["--gpu-count", "-1"], "--gpu-count: must be at least 0, not -1"),
-        (["--grad-comm", "int8"], "--grad-comm: 'int8' is not one of fp32, bf16, fp16"),
         (
             ["--subset", "100", "--batch-size", "30", "--gpu-count", "2", "--num-nodes", "2"],
             "--batch-size 30 x 4 processes (a global batch of 120): larger than the at most 100",

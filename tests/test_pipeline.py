@@ -12,7 +12,6 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from ampbench.pipelines.compile import compile_pipeline
-from ampbench.pipelines.parameter_options import pipeline_parameters
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +268,7 @@ def test_the_pipeline_parameters_are_the_experiments_leaves(
     """One definition (ampbench/experiment.py): each leaf is a parameter of its name, default,
     type and description, in the tree's order, and `submit` reads the experiment back by name."""
     from ampbench.experiment import Experiment, parameters
+    from ampbench.pipelines.pipeline import build_pipeline
 
     kinds = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE", bool: "BOOLEAN"}
     kinds |= {list: "LIST", dict: "STRUCT"}
@@ -279,7 +279,7 @@ def test_the_pipeline_parameters_are_the_experiments_leaves(
         assert spec["parameterType"] == kinds[leaf.type], leaf.name
         assert spec["defaultValue"] == leaf.default, leaf.name
         assert spec["description"] == leaf.description, leaf.name
-    names = [parameter.name for parameter in pipeline_parameters()]
-    assert names == [leaf.name for leaf in parameters()]
-    defaults = {parameter.name: parameter.default for parameter in pipeline_parameters()}
+    inputs = build_pipeline().component_spec.inputs or {}
+    assert list(inputs) == [leaf.name for leaf in parameters()]
+    defaults = {name: spec.default for name, spec in inputs.items()}
     assert Experiment.from_parameters(defaults) == Experiment()

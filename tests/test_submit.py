@@ -147,6 +147,21 @@ def test_submit_sends_only_the_parameters_given(
     assert [e["display_name"] for e in standin.experiments.values()] == ["ampbench"]
 
 
+def test_the_matrix_lists_fill_in_as_run_fills_them(
+    capsys: pytest.CaptureFixture[str], standin: KfpStandIn
+) -> None:
+    """A list not given is the default experiment's (the AMP arm; TrainConfig's model, batch
+    and seed), against the baseline given: `run` makes its matrix by the same function."""
+    argv = ("submit", "--host", standin.url, "--baseline-precision", "bf16", "--seeds", "3,4")
+    code, _, err = cli(capsys, *argv)
+    assert code == 0, err
+    (create,) = standin.matching("POST", RUNS)
+    assert create.json()["runtime_config"]["parameters"] == {
+        "baseline_precision": "bf16",
+        "runs": matrix_runs(["resnet18"], [128], ["amp"], [3, 4], "bf16"),
+    }
+
+
 def test_submit_offers_every_pipeline_parameter(tmp_path: Path) -> None:
     """New pipeline parameters become options by themselves: compare with the compiled spec."""
     spec = expected_spec(tmp_path, "image:1", "parallel")
@@ -161,24 +176,35 @@ def test_submit_offers_every_pipeline_parameter(tmp_path: Path) -> None:
 
 
 def test_new_parameters_get_options_that_do_not_clash() -> None:
-    """Parameters the pipeline may gain: a clash with a submit option gets a --param- flag."""
+    """Leaves the experiment may gain: a clash with a submit option gets a --param- flag, and
+    each is read by its own parser."""
+    from ampbench.argtypes import json_list, json_object
+    from ampbench.experiment import Parameter
+
+    def leaf(name: str, default: object, parse: object) -> Parameter:
+        return Parameter(name, type(default), default, "a leaf", parse, name, section="x")  # type: ignore[arg-type]
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--image")
     parameters = [
-        parameter_options.PipelineParameter("image", "String", "x", None),
-        parameter_options.PipelineParameter("node_selector", "Dict", {}, "GPU node labels"),
-        parameter_options.PipelineParameter("checkpoint_dir", "String", "", None),
-        parameter_options.PipelineParameter("resume", "Boolean", False, None),
-        parameter_options.PipelineParameter("weights", "List", [], None),
+        leaf("image", "x", str),
+        leaf("node_selector", {}, json_object),
+        leaf("checkpoint_dir", "", str),
+        leaf("resume", False, bool),
+        leaf("weights", [], json_list),
     ]
     parameter_options.add_pipeline_options(parser, parameters)
     args = parser.parse_args(
         [
             *("--image", "a", "--param-image", "b", "--node-selector", '{"gpu": "h100"}'),
-            *("--checkpoint-dir", "s3://b/c", "--resume", "--weights", "0.5,1,x"),
+            *("--checkpoint-dir", "s3://b/c", "--resume", "--weights", '[0.5, 1, "x"]'),
         ]
     )
-    given = {p.name: getattr(args, p.dest) for p in parameters if hasattr(args, p.dest)}
+    given = {
+        p.name: getattr(args, parameter_options.dest(p))
+        for p in parameters
+        if hasattr(args, parameter_options.dest(p))
+    }
     assert args.image == "a"
     assert given == {
         "image": "b",
@@ -188,6 +214,8 @@ def test_new_parameters_get_options_that_do_not_clash() -> None:
         "weights": [0.5, 1, "x"],
     }
     assert not hasattr(parser.parse_args([]), "pipeline_param_resume")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--weights", "0.5,1"])
 
 
 def test_submit_takes_host_from_env_and_a_service_account_token(

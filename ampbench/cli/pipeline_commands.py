@@ -88,7 +88,7 @@ def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: ob
 
 def _matrix_runs(args: argparse.Namespace) -> list[dict[str, str | int]]:
     """The training tasks the options state: each single-value option or its list."""
-    from ampbench.matrix import matrix_runs
+    from ampbench.matrix import runs_of_lists
     from ampbench.train import AMP_PRECISION
     from ampbench.train.config import (
         MIN_STEPS_PER_EPOCH,
@@ -98,18 +98,19 @@ def _matrix_runs(args: argparse.Namespace) -> list[dict[str, str | int]]:
 
     models = _one_or_list(args, "model", "models", TrainConfig.model)
     if args.batch_size is None and args.batch_sizes is None:
-        args.batch_size = short_run_batch_size(args.subset)
-        if args.batch_size != TrainConfig.batch_size:
+        batch_sizes = [short_run_batch_size(args.subset)]
+        if batch_sizes != [TrainConfig.batch_size]:
             log.info(
                 "--subset %d: batch %d, for at least %d steps an epoch (--batch-size sets it)",
                 args.subset,
-                args.batch_size,
+                batch_sizes[0],
                 MIN_STEPS_PER_EPOCH,
             )
-    batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", None)
+    else:
+        batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", None)
     precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)
-    seeds = args.seeds or [args.seed if args.seed is not None else TrainConfig.seed]
-    return matrix_runs(models, batch_sizes, precisions, seeds, args.baseline_precision)
+    seeds = args.seeds or ([args.seed] if args.seed is not None else None)
+    return runs_of_lists(models, batch_sizes, precisions, seeds, args.baseline_precision)
 
 
 def _experiment(args: argparse.Namespace, runs: list[dict[str, str | int]]) -> Experiment:
