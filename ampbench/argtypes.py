@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ampbench.errors import AmpbenchError
 from ampbench.image_reference import check_image_reference
@@ -72,26 +73,23 @@ def one_of(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
-def json_list(text: str) -> list:
-    """A JSON list, e.g. [{"model": "resnet18", ...}]."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, list):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a JSON list")
-    return value
+def _json_of(kind: type, name: str) -> Callable[[str], Any]:
+    """A JSON value of `kind` (list, dict), named so in its error."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, kind):
+            raise argparse.ArgumentTypeError(f"'{text}' is not a {name}")
+        return value
+
+    return parse
 
 
-def json_object(text: str) -> dict:
-    """A JSON object, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"'{text}' is not a JSON object")
-    return value
+json_list = _json_of(list, "JSON list")  # e.g. [{"model": "resnet18", ...}]
+json_object = _json_of(dict, "JSON object")  # e.g. {"nvidia.com/gpu.product": "..."}
 
 
 def seed_list(text: str) -> list[int]:
