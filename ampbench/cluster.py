@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ampbench.errors import AmpbenchError
+from ampbench.tracking import TRACKING_URI_ENV
 
 # Set by Kubernetes in every pod; the KFP local runner and a user's shell have it unset.
 POD_ENV = "KUBERNETES_SERVICE_HOST"
@@ -16,7 +17,7 @@ SECRET = "ampbench-s3"
 # What the pods read from the ConfigMap (endpoints) and the Secret (keys) that manifests/
 # creates, by name: the pipeline's tasks and the TrainJobs a train task creates alike.
 CONFIG_MAP_KEYS = (
-    "MLFLOW_TRACKING_URI",
+    TRACKING_URI_ENV,
     "AWS_ENDPOINT_URL",
     "MLFLOW_S3_ENDPOINT_URL",
     "AWS_DEFAULT_REGION",
@@ -43,7 +44,7 @@ def check_tracking_server() -> None:
     all the GPU time was spent."""
     if not in_pod():
         return
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    uri = os.environ.get(TRACKING_URI_ENV, "")
     if not uri.startswith(("http://", "https://", "databricks")):
         found = f"it is '{uri}'" if uri else "it is not set"
         raise AmpbenchError(

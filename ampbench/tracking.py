@@ -25,6 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"  # MLflow's own
+
 DEFAULT_EXPERIMENT = "ampbench"
 PARENT_TAG = "mlflow.parentRunId"
 PIPELINE_RUN_TAG = "ampbench.pipeline_run_id"
@@ -52,7 +54,7 @@ for _name, _value in MLFLOW_ENV_DEFAULTS.items():
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    return os.environ.get(TRACKING_URI_ENV) or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
 def local_store() -> bool:

@@ -45,28 +45,30 @@ from common import archive_argument, table, write_json
 from gpu_children import CANNOT_RUN_HERE, bare_loop, train_one_arm
 
 from ampbench import schema
+from ampbench.argtypes import batch_size_list, precision_list, seed_list
 from ampbench.compare.analysis import compare_arms
 from ampbench.compare.report import render_text, tables
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults, read_arm_results
-from ampbench.train import BASELINE_PRECISION
+from ampbench.train import AMP_PRECISION, BASELINE_PRECISION
 from ampbench.train.config import TrainConfig
 
 # 4 steps of 16: a bf16 arm without native bf16 runs at a tenth of fp32's speed.
 CPU_SMOKE = {
     "subset": 64,
     "epochs": 1,
-    "precisions": "fp32,bf16",
-    "batch_sizes": "16",
+    "precisions": [BASELINE_PRECISION, "bf16"],
+    "batch_sizes": [16],
     "model": "small-cnn",
     "warmup_steps": 1,
 }
+# The full experiment (TrainConfig's) in every precision that has a CUDA arm, at two batches.
 FULL_RUN = {
     "subset": 0,  # all
-    "epochs": 2,
-    "precisions": "fp32,amp,bf16,tf32",
-    "batch_sizes": "128,512",
-    "model": "resnet18",
+    "epochs": TrainConfig.epochs,
+    "precisions": [BASELINE_PRECISION, AMP_PRECISION, "bf16", "tf32"],
+    "batch_sizes": [TrainConfig.batch_size, 4 * TrainConfig.batch_size],
+    "model": TrainConfig.model,
     "warmup_steps": TrainConfig.warmup_steps,
 }
 
@@ -165,12 +167,18 @@ def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     archive_argument(parser)
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (smoke)")
-    parser.add_argument("--precisions", help="default fp32,amp,bf16,tf32 (cpu: fp32,bf16)")
-    parser.add_argument("--batch-sizes", help="default 128,512 (cpu: 16)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
-    parser.add_argument("--epochs", type=int, help="default 2 (cpu: 1)")
-    parser.add_argument("--subset", type=int, help="images per split; default all (cpu: 64)")
-    parser.add_argument("--model", help="default resnet18 (cpu: small-cnn)")
+
+    def default(name: str) -> str:
+        full, smoke = FULL_RUN[name], CPU_SMOKE[name]
+        shown = [",".join(map(str, v)) if isinstance(v, list) else v for v in (full, smoke)]
+        return f"default {shown[0] or 'all'} (cpu: {shown[1]})"
+
+    parser.add_argument("--precisions", type=precision_list, help=default("precisions"))
+    parser.add_argument("--batch-sizes", type=batch_size_list, help=default("batch_sizes"))
+    parser.add_argument("--seeds", type=seed_list, default=[0], help="e.g. 0,1,2 (default 0)")
+    parser.add_argument("--epochs", type=int, help=default("epochs"))
+    parser.add_argument("--subset", type=int, help=f"images per split; {default('subset')}")
+    parser.add_argument("--model", help=default("model"))
     parser.add_argument(
         "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
     )
@@ -227,9 +235,9 @@ class Plan:
     def from_arguments(cls, args: argparse.Namespace) -> Plan:
         """The plan of settled options (with_device_defaults)."""
         return cls(
-            precisions=sorted(args.precisions.split(","), key=lambda p: p != BASELINE_PRECISION),
-            batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
-            seeds=[int(s) for s in args.seeds.split(",")],
+            precisions=sorted(args.precisions, key=lambda p: p != BASELINE_PRECISION),
+            batch_sizes=args.batch_sizes,
+            seeds=args.seeds,
             subset=args.subset,
         )
 
@@ -357,7 +365,7 @@ def main() -> None:
         outcome = run_all(args, plan, dataset, Path(tmp))
     comparisons, ratios = print_comparisons(outcome)
     total = time.perf_counter() - started
-    print(f"\n{args.model}, {args.epochs} epochs, seeds {args.seeds}, total {total:.0f} s")
+    print(f"\n{args.model}, {args.epochs} epochs, seeds {plan.seeds}, total {total:.0f} s")
     write_json(
         args.json,
         {

@@ -16,7 +16,7 @@ DEFAULT_OUTPUT = Path("ampbench-pipeline.yaml")
 
 
 def compile_pipeline(
-    output: Path = DEFAULT_OUTPUT, image: str = DEFAULT_IMAGE, schedule: str = "parallel"
+    output: Path = DEFAULT_OUTPUT, image: str = DEFAULT_IMAGE, schedule: str = SCHEDULES[0]
 ) -> Path:
     check_image_reference(image)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -35,6 +35,6 @@ def add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedule",
         choices=SCHEDULES,
-        default="parallel",
+        default=SCHEDULES[0],
         help="train the arms at once (one GPU node each) or one after another",
     )

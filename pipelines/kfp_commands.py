@@ -27,7 +27,7 @@ from ampbench.pipelines.client import make_client
 from ampbench.pipelines.compile import add_build_options
 from ampbench.pipelines.parameter_options import add_pipeline_options, dest
 from ampbench.pipelines.submit import (
-    DEFAULT_EXPERIMENT,
+    DEFAULT_KFP_EXPERIMENT,
     DEFAULT_POLL_INTERVAL_S,
     submit_run,
     upload_pipeline,
@@ -69,7 +69,7 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--experiment",
         help=f"KFP experiment, created if missing (default: ${KF_PIPELINES_DEFAULT_EXPERIMENT_NAME}"
-        f" or {DEFAULT_EXPERIMENT}); the MLflow experiment is --mlflow-experiment",
+        f" or {DEFAULT_KFP_EXPERIMENT}); the MLflow experiment is --mlflow-experiment",
     )
     run.add_argument("--run-name", help="default: ampbench and the date and time")
     run.add_argument(

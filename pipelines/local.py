@@ -29,6 +29,7 @@ from ampbench.matrix import run_name
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.results import read_arm_results
 from ampbench.tracking import (
+    TRACKING_URI_ENV,
     local_store,
     runs_table_url,
     safe_tracking_uri,
@@ -109,7 +110,7 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
     error_file = output_dir / "step-errors.txt"
     # The steps inherit this environment: one tracking store for all, and a place to leave
     # a one-line error that this command repeats at the end.
-    os.environ["MLFLOW_TRACKING_URI"] = tracking_uri()
+    os.environ[TRACKING_URI_ENV] = tracking_uri()
     os.environ[ERROR_FILE_ENV] = str(error_file)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),

@@ -2,9 +2,9 @@
 
 By default the matrix is the published pair, fp32 and amp, one seed (ampbench/matrix.py).
 
-The pipeline is built by a function so that the component image, the schedule and the task
-timeout are chosen when it is compiled (`ampbench compile --image ...`), not when this module
-is imported. Everything a cluster administrator tunes per run (GPU kind and count, node
+The pipeline is built by a function so that the component image and the schedule are chosen
+when it is compiled (`ampbench compile --image ... --schedule ...`), not when this module is
+imported. Everything a cluster administrator tunes per run (GPU kind and count, node
 selector, CPU and memory, the Secret and ConfigMap the pods read) is a pipeline parameter.
 """
 
@@ -24,7 +24,7 @@ from ampbench.components.train.component import train
 from ampbench.experiment import Experiment, Resources, parameters, section_values
 from ampbench.train.trainjob import DEFAULT_TIMEOUT_S
 
-SCHEDULES = ("parallel", "sequential")
+SCHEDULES = ("parallel", "sequential")  # the first: the default
 TRAIN_RETRIES = 2
 
 
@@ -82,7 +82,7 @@ def use_cluster_settings(task: dsl.PipelineTask, resources: Resources) -> None:
 
 def build_pipeline(
     image: str = DEFAULT_IMAGE,
-    schedule: str = "parallel",
+    schedule: str = SCHEDULES[0],
     train_timeout_s: int = DEFAULT_TIMEOUT_S,
 ) -> GraphComponent:
     """The ampbench pipeline, its components on `image`.

@@ -23,7 +23,7 @@ from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.pipelines.client import host_of, not_the_api, one_line, reported_for, ui_url
 
-DEFAULT_EXPERIMENT = "ampbench"
+DEFAULT_KFP_EXPERIMENT = "ampbench"
 DEFAULT_POLL_INTERVAL_S = 5.0
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "CANCELED")
 
@@ -61,7 +61,7 @@ def submit_run(
 ) -> RunInfo:
     """Create a run of `pipeline_file` in `experiment` (created if missing); optionally wait.
 
-    experiment: None takes $KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, else "ampbench".
+    experiment: None takes $KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, else DEFAULT_KFP_EXPERIMENT.
     Waiting ends in SUCCEEDED, or raises AmpbenchError for any other end state or `timeout`.
     """
     experiment = experiment or os.environ.get(KF_PIPELINES_DEFAULT_EXPERIMENT_NAME)
@@ -77,7 +77,7 @@ def submit_run(
             str(pipeline_file),
             arguments=arguments,
             run_name=run_name,
-            experiment_name=experiment or DEFAULT_EXPERIMENT,
+            experiment_name=experiment or DEFAULT_KFP_EXPERIMENT,
             namespace=namespace,
         )
     if not result.run_id:

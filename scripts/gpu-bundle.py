@@ -108,18 +108,6 @@ def wheel_requirements(wheel: Path) -> list[Requirement]:
     return [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
 
 
-def build_pure_wheel(requirement: str, out: Path) -> None:
-    """A wheel, built here from its sdist, for a package PyPI has no wheel of
-    (kfp-server-api): only a pure-Python one suits another interpreter."""
-    before = set(out.glob("*.whl"))
-    pip("wheel", "--quiet", "--no-deps", "-w", str(out), requirement)
-    for wheel in set(out.glob("*.whl")) - before:
-        _, _, _, tags = parse_wheel_filename(wheel.name)
-        if any(tag.platform != "any" or tag.abi != "none" for tag in tags):
-            wheel.unlink()
-            raise BundleError(f"{requirement}: no wheel for the target, and not pure Python")
-
-
 def resolve(requirements: list[str], target: list[str], *, deps: bool = True) -> dict[str, Any]:
     """pip's resolution of `requirements` (for the target, given its options; else for this
     interpreter), as {canonical name: report item}."""

@@ -211,3 +211,15 @@ def test_gpu_bundle_refuses_a_platform_it_cannot_expand(tmp_path: Path) -> None:
     assert done.stderr.strip() == (
         "gpu-bundle: error: --platform win_amd64: expected manylinux_2_N_ARCH, N >= 17"
     )
+
+
+def test_gpu_benchmark_refuses_a_precision_it_does_not_know() -> None:
+    """A misspelt arm is a usage error, not an arm 'skipped' as if the device lacked it."""
+    script = REPO / "benchmarks" / "gpu_benchmark.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--precisions", "fp32,fp61"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "argument --precisions: invalid choice: 'fp61'" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -22,8 +22,8 @@ from ampbench.process import skip_final_collection
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Each command's parser, by the names it adds. submit's and upload's options are made from the
-# pipeline's parameters: building them imports KFP and builds the DAG (seconds).
+# Each command's parser, by the names it adds: only the one run is built (submit's and
+# upload's import KFP).
 COMMAND_PARSERS: list[tuple[tuple[str, ...], Callable[[argparse._SubParsersAction], None]]] = [
     (("run",), add_run),
     (("compile",), add_compile),

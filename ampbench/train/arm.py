@@ -123,10 +123,10 @@ class ArmSetup:
                 model_name=config.model,
             )
             log.info("fp8: %d Linear layers converted (%s)", converted, self.precision.fp8_recipe)
-        # On CUDA the fused kernel takes the GradScaler's inf check on the device; any other
-        # optimizer makes scaler.step() wait for the host on every fp16 step.
         # float32: the fused CUDA kernel reads a tensor learning rate as a float.
         self.lr = torch.zeros((), device=self.device, dtype=torch.float32)
+        # On CUDA the fused kernel takes the GradScaler's inf check on the device; any other
+        # optimizer makes scaler.step() wait for the host on every fp16 step.
         self.optimizer = build_optimizer(
             self.model, config, self.lr, fused=self.device.type == "cuda"
         )

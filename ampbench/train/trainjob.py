@@ -25,10 +25,8 @@ DEFAULT_TIMEOUT_S = 6 * 3600
 # The runtime's trainer job and container (Trainer's constants.Node).
 NODE = "node"
 PATCH_MANAGER = "ampbench"
-NODE_POD_LABELS = {
-    "app.kubernetes.io/part-of": "ampbench",
-    "app.kubernetes.io/component": "trainjob-node",
-}
+PART_OF = {"app.kubernetes.io/part-of": "ampbench"}
+NODE_POD_LABELS = {**PART_OF, "app.kubernetes.io/component": "trainjob-node"}
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ def manifest(spec: TrainJobSpec) -> dict[str, Any]:
         "metadata": {
             "name": spec.name,
             "namespace": spec.namespace,
-            "labels": {"app.kubernetes.io/part-of": "ampbench"},
+            "labels": dict(PART_OF),
         },
         "spec": {
             "runtimeRef": {
