@@ -15,7 +15,7 @@ from pathlib import Path
 from ampbench.argtypes import positive_int
 from ampbench.cli.options import add_experiment_options
 from ampbench.errors import AmpbenchError
-from ampbench.tracking import DEFAULT_EXPERIMENT, UI_PORT
+from ampbench.tracking import UI_PORT
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -26,7 +26,7 @@ def add_report(commands: argparse._SubParsersAction) -> None:
         description="Download the arm runs' results of a pipeline run from MLflow and write the "
         "comparison again (results.json, report.md, report.html, plots/).",
     )
-    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment")
+    add_experiment_options(parser, names=("experiment",))
     parser.add_argument("--parent-run-id", help="the pipeline run's parent run (default: newest)")
     parser.add_argument(
         "--output-dir", type=Path, default=Path("report"), help="where to write the report"
@@ -61,9 +61,7 @@ def add_ui(commands: argparse._SubParsersAction) -> None:
         description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
     )
     parser.add_argument("--port", type=positive_int, default=UI_PORT, help="port on 127.0.0.1")
-    parser.add_argument(
-        "--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment whose runs to show"
-    )
+    add_experiment_options(parser, names=("experiment",))
     parser.set_defaults(handler=_ui)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ampbench.argtypes import non_negative_int, positive_int
-from ampbench.cli.options import add_comparison_options
+from ampbench.argtypes import positive_int
+from ampbench.cli.options import add_comparison_options, add_experiment_options
 
 
 # -- prepare ------------------------------------------------------------------------------------
@@ -26,10 +26,10 @@ def add_prepare(commands: argparse._SubParsersAction) -> None:
         ".tar, .tar.gz, .tgz, .zip, CIFAR python tarball), s3://bucket/key or s3://bucket/prefix/",
     )
     parser.add_argument("--output-dir", type=Path, required=True)
+    add_experiment_options(parser, names=("subset",))
     parser.add_argument(
-        "--subset", type=non_negative_int, default=0, help="at most N images per split"
+        "--seed", type=int, default=SourceOptions.seed, help="seed of subsets and splits"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of subsets and splits")
     parser.add_argument("--val-fraction", type=float, default=0.0, help="carve val from train")
     parser.add_argument(
         "--test-fraction",
