@@ -139,9 +139,7 @@ def check_matrix(
     runs: object, baseline: str, *, subset: int = 0, processes: int = 1, **training: Any
 ) -> list[MatrixRun]:
     """check_runs, and the training settings (TrainConfig's fields) of every (model, batch
-    size) group: what `ampbench run`, `ampbench submit` and the prepare step check before any
-    training task starts (those are retried on failure, and a user's mistake must reach the
-    user once, in seconds)."""
+    size) group, as preflight checks them."""
     parsed = check_runs(runs, baseline)
     for model, batch_size in sorted({(run.model, run.batch_size) for run in parsed}):
         check_pipeline_settings(

@@ -1,5 +1,5 @@
-"""The pipeline's first task: the data prepared, and the experiment checked against it once,
-before any training task (those are retried on failure) starts."""
+"""The pipeline's first task: the data prepared, and the experiment checked before and
+against it (ampbench/preflight.py)."""
 
 from __future__ import annotations
 

@@ -244,9 +244,8 @@ def _batch_text(batch_size: int, processes: int) -> str:
 def check_pipeline_settings(
     *, batch_size: int, model: str, subset: int = 0, processes: int = 1, **training: Any
 ) -> None:
-    """The training settings of a pipeline run, checked before it starts (by `ampbench run`,
-    `ampbench submit` and the prepare step), with TrainConfig's own rules: a training task
-    that found them wrong would be retried, and the user would hear of the mistake late.
+    """The training settings of a pipeline run, checked by preflight (ampbench/preflight.py
+    says why there) with TrainConfig's own rules.
     training: TrainConfig's other fields (epochs, lr, ...). batch_size is each of the arm's
     `processes`' (processes_per_arm). Whether the model fits the data is for
     check_against_dataset, once the data is known."""
@@ -268,9 +267,7 @@ def check_against_dataset(
     image_size: int = 0,
     processes: int = 1,
 ) -> None:
-    """Refuse settings that a prepared data set rules out: checked by the prepare step, before
-    any training task starts (those are retried on failure, and a user's mistake must reach
-    the user once, in seconds), and again by the train step for data prepared elsewhere.
+    """Refuse settings that a prepared data set rules out (preflight_dataset and preflight_arm).
     A setting left at 0 or "" is not checked. batch_size is each of the arm's `processes`'
     (processes_per_arm): one step takes batch_size x processes images. The model is built and
     run on its images (as --image-size resizes them) on the meta device: models.check_model."""

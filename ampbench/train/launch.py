@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ampbench import storage
+from ampbench.cluster import CHECKPOINT_URI_ENV
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.results import (
@@ -26,7 +27,7 @@ from ampbench.results import (
 )
 from ampbench.train.config import TrainConfig
 from ampbench.train.tracker import TrackingOptions
-from ampbench.train.trainjob import DEFAULT_TIMEOUT_S, TrainJobSpec
+from ampbench.train.trainjob import TrainJobSpec
 
 MODEL_FILE = "model.pt"
 HAND_OFF_FILE = "train.json"
@@ -161,14 +162,14 @@ def train_on_nodes(
     tracking: TrackingOptions | None,
     requested_resources: RequestedResources | None = None,
     api_client: Any = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> ArmResults:
     """Train one arm on job.num_nodes nodes through a Kubeflow Trainer TrainJob (trainjob.py).
 
     shared: a location every node and this task can reach (an s3:// prefix in a cluster; a
     local folder only where the "nodes" share this machine's disk, as in the tests): the
     prepared data set goes there for the nodes, and node 0's rank 0 writes the arm's outputs
-    there for this task to collect. The TrainJob ends itself after timeout_s.
+    there for this task to collect. The TrainJob ends itself after job.active_deadline_s, and
+    this task stops waiting for it then.
     """
     from ampbench.train.trainjob import manifest
     from ampbench.train.trainjob_run import TrainJobRun, in_cluster_client
@@ -176,7 +177,7 @@ def train_on_nodes(
     if not shared:
         raise AmpbenchError(
             f"num_nodes {job.num_nodes}: needs checkpoint_dir (or the ConfigMap's "
-            "AMPBENCH_CHECKPOINT_URI), an s3:// prefix every node can reach, to hand the data "
+            f"{CHECKPOINT_URI_ENV}), an s3:// prefix every node can reach, to hand the data "
             "set to the nodes and the arm's outputs back"
         )
     dataset = storage.join(shared, "dataset")
@@ -189,8 +190,6 @@ def train_on_nodes(
         api_client, namespace = in_cluster_client()
         job = dataclasses.replace(job, namespace=job.namespace or namespace)
     hand_off = HandOff(config, dataset, outputs, tracking).write(shared)
-    job = dataclasses.replace(
-        job, arguments=["--config", hand_off], active_deadline_s=int(timeout_s)
-    )
-    TrainJobRun(api_client).run(manifest(job), timeout_s)
+    job = dataclasses.replace(job, arguments=["--config", hand_off])
+    TrainJobRun(api_client).run(manifest(job), job.active_deadline_s)
     return collect_outputs(outputs, results_path, model_path, requested_resources)

@@ -91,10 +91,7 @@ def run_train_task(
                 "location reaches them"
             )
         job = trainjob_spec(placement, trainjob_name(pipeline_run_id, name))
-        return train_on_nodes(
-            config, job, shared, results_path, model_path, tracking, requested,
-            timeout_s=placement.timeout_s,
-        )  # fmt: skip
+        return train_on_nodes(config, job, shared, results_path, model_path, tracking, requested)
     if placement.gpu_count > 1:
         return train_in_processes(
             config, placement.gpu_count, results_path, model_path, tracking, requested
