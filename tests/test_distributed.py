@@ -664,3 +664,13 @@ def test_in_a_pod_several_nodes_need_their_shared_location_on_s3(
             "location reaches them"
         )
     )
+
+
+def test_every_gradient_precision_has_its_hook() -> None:
+    """--grad-comm's choices (ampbench.train.GRAD_COMM) are what distributed.py can apply."""
+    from ampbench.train import GRAD_COMM
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.distributed import GRAD_COMM_HOOKS
+
+    assert tuple(GRAD_COMM_HOOKS) == GRAD_COMM
+    assert GRAD_COMM_HOOKS[TrainConfig.grad_comm] is None  # the default compresses nothing

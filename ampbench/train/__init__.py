@@ -11,7 +11,8 @@ DEFAULT_DATA = "cifar10"
 # The built-in networks (models.py); --model also takes a torchvision classification model
 # by name, or package.module:factory.
 MODELS = ("resnet18", "resnet18-imagenet", "small-cnn", "vit-s")
-# Gradient all-reduce precision under torchrun (distributed.py): DDP's compression hooks.
+# Gradient all-reduce precision under torchrun (distributed.py): DDP's compression hooks; the
+# first (no compression) is the default.
 GRAD_COMM = ("fp32", "bf16", "fp16")
 
 __all__ = [

@@ -98,7 +98,7 @@ class TrainConfig:
         parse=non_negative_int,
     )
     grad_comm: str = setting(
-        "fp32",
+        GRAD_COMM[0],
         "with several processes (torchrun): the precision DDP all-reduces gradients in "
         f"({', '.join(GRAD_COMM)})",
         parse=one_of(GRAD_COMM),
