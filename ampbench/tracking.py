@@ -30,6 +30,8 @@ TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"  # MLflow's own
 DEFAULT_EXPERIMENT = "ampbench"
 PARENT_TAG = "mlflow.parentRunId"
 PIPELINE_RUN_TAG = "ampbench.pipeline_run_id"
+KFP_RUN_TAG = "kfp.run_id"  # the pipeline run's id again, under KFP's name for it
+PIPELINE_TAG = "ampbench.pipeline"  # on a parent run: the pipeline's name
 BASELINE_TAG = "ampbench.baseline"  # on a parent run: which arm the others are compared with
 PRECISION_TAG = "ampbench.precision"  # on an arm run: the precision asked for, its arm's name
 # An arm run's trained weights (the train step's state dict), where mlflow.pytorch's

@@ -32,7 +32,8 @@ from common import archive_argument, median, shrink_evaluation, table, write_jso
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
 from ampbench.results import RESULTS_FILE
-from ampbench.tracking import ArmRun
+from ampbench.tracking import PRECISION_TAG, ArmRun
+from ampbench.train import BASELINE_PRECISION
 from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
 from ampbench.train.models import build_model, example_input
@@ -79,7 +80,7 @@ def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
     os.environ["MLFLOW_TRACKING_URI"] = uri
     started = time.perf_counter()
     run = ArmRun(
-        "overhead", "benchmark", {"ampbench.precision": "fp32"}, {"lr": 0.1, "batch_size": 128}
+        "overhead", "benchmark", {PRECISION_TAG: BASELINE_PRECISION}, {"lr": 0.1, "batch_size": 128}
     )
     create = time.perf_counter() - started
     sends = []

@@ -16,7 +16,13 @@ from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.parent_run import finish_parent_run, open_parent_run
 from ampbench.results import RESULTS_FILE, ArmResults, read_arm_results, write_json
-from ampbench.tracking import BASELINE_TAG, DEFAULT_EXPERIMENT, PIPELINE_RUN_TAG
+from ampbench.tracking import (
+    BASELINE_TAG,
+    DEFAULT_EXPERIMENT,
+    KFP_RUN_TAG,
+    PIPELINE_RUN_TAG,
+    PIPELINE_TAG,
+)
 from ampbench.train import BASELINE_PRECISION
 
 
@@ -118,10 +124,10 @@ def _track(
     artifacts and the headline metrics; the comparison JSON rewritten to name the run."""
     baseline = comparison.baseline
     children = [run.mlflow.run_id for run in runs if run.mlflow and run.mlflow.run_id]
-    tags = {"ampbench.pipeline": PIPELINE_NAME, BASELINE_TAG: baseline}
+    tags = {PIPELINE_TAG: PIPELINE_NAME, BASELINE_TAG: baseline}
     if parent_run.pipeline_run_id:
         tags[PIPELINE_RUN_TAG] = parent_run.pipeline_run_id
-        tags["kfp.run_id"] = parent_run.pipeline_run_id
+        tags[KFP_RUN_TAG] = parent_run.pipeline_run_id
     # What the pipeline run compared, and how: MLflow names params without spaces.
     params = {
         "baseline": baseline,
