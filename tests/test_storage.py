@@ -368,3 +368,25 @@ def test_unreachable_endpoint(s3: Rgw, tmp_path: Path, monkeypatch: pytest.Monke
                 call()
             assert_clean(error.value, uri, s3)
             assert closed in str(error.value)
+
+
+@pytest.mark.usefixtures("tiny_model")
+def test_an_arm_reads_its_data_from_and_hands_its_outputs_back_to_s3(
+    bucket: str, synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    """train_hand_off, as a TrainJob's node runs it: the prepared data fetched from an s3://
+    prefix, the results and weights copied to one."""
+    from ampbench.results import RESULTS_FILE, read_arm_results
+    from ampbench.train.config import TrainConfig
+    from ampbench.train.launch import MODEL_FILE, HandOff, train_hand_off
+
+    storage.copy_tree(synthetic_dataset, f"s3://{bucket}/data")
+    config = TrainConfig(
+        Path("unused"), precision="fp32", model="small-cnn", epochs=1, batch_size=10, subset=40,
+        device="cpu",
+    )  # fmt: skip
+    results = train_hand_off(HandOff(config, f"s3://{bucket}/data", f"s3://{bucket}/out", None))
+    assert results is not None
+    fetched = storage.fetch_tree(f"s3://{bucket}/out", tmp_path / "back")[0]
+    assert sorted(path.name for path in fetched.iterdir()) == sorted([RESULTS_FILE, MODEL_FILE])
+    assert read_arm_results(fetched / RESULTS_FILE).accuracy == results.accuracy

@@ -4,9 +4,6 @@ TrainJob's nodes (those get the arm as a hand-off file, `--config`)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +11,6 @@ from ampbench import storage
 from ampbench.cli.options import add_setting_options, add_training_options
 from ampbench.errors import AmpbenchError
 from ampbench.settings import described
-from ampbench.world import world_from_env
 
 if TYPE_CHECKING:
     from ampbench.train.launch import HandOff
@@ -94,34 +90,12 @@ def _train(args: argparse.Namespace) -> int:
     # Imported here: the package imports this module to list the commands.
     from ampbench.cli import build_parser
     from ampbench.results import RESULTS_FILE
-    from ampbench.train.launch import MODEL_FILE
-    from ampbench.train.step import run_training
+    from ampbench.train.launch import train_hand_off
 
     arm = _hand_off(args, build_parser("train").parse_args(["train"]))
-    for location in (arm.dataset, arm.output_dir):
-        if storage.is_s3(location):
-            storage.split_s3(location)  # a malformed URI fails now, not after the training
-    with contextlib.ExitStack() as stack:
-
-        def scratch(prefix: str) -> Path:
-            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
-
-        # The nodes of a TrainJob read the data set from, and hand the outputs back to, S3.
-        dataset = Path(arm.dataset)
-        if storage.is_s3(arm.dataset):
-            dataset = storage.fetch_tree(arm.dataset, scratch("ampbench-dataset-"))[0]
-        local = scratch("ampbench-train-") if storage.is_s3(arm.output_dir) else None
-        output_dir = local or Path(arm.output_dir)
-        results = run_training(
-            dataclasses.replace(arm.config, dataset_dir=dataset),
-            output_dir / RESULTS_FILE,
-            output_dir / MODEL_FILE,
-            arm.tracking,
-        )
-        if not world_from_env().main:  # under torchrun, rank 0 speaks for the run
-            return 0
-        if local is not None:
-            storage.copy_tree(local, arm.output_dir, [RESULTS_FILE, MODEL_FILE])
+    results = train_hand_off(arm)
+    if results is None:  # under torchrun, rank 0 speaks for the run
+        return 0
     print(
         f"{results.precision.requested} ({results.precision.support}): accuracy "
         f"{results.accuracy:.4f}, {results.timing.throughput_img_s:,.1f} images/s, "

@@ -5,6 +5,7 @@ train step reads them back."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -28,6 +29,7 @@ from ampbench.results import (
 from ampbench.train.config import TrainConfig
 from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import TrainJobSpec
+from ampbench.world import world_from_env
 
 MODEL_FILE = "model.pt"
 HAND_OFF_FILE = "train.json"
@@ -82,6 +84,38 @@ class HandOff:
             local.write_text(self.to_json(), encoding="utf-8")
             storage.copy_file(local, target)
         return target
+
+
+def train_hand_off(arm: HandOff) -> ArmResults | None:
+    """Train the arm `ampbench train` was given (options or a hand-off file): the data set
+    fetched first where it is on S3, the outputs copied to S3 where they go there (as a
+    TrainJob's nodes hand the arm back). Its results; None on every rank but rank 0."""
+    from ampbench.train.step import run_training
+
+    for location in (arm.dataset, arm.output_dir):
+        if storage.is_s3(location):
+            storage.split_s3(location)  # a malformed URI fails now, not after the training
+    with contextlib.ExitStack() as stack:
+
+        def scratch(prefix: str) -> Path:
+            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+
+        dataset = Path(arm.dataset)
+        if storage.is_s3(arm.dataset):
+            dataset = storage.fetch_tree(arm.dataset, scratch("ampbench-dataset-"))[0]
+        local = scratch("ampbench-train-") if storage.is_s3(arm.output_dir) else None
+        output_dir = local or Path(arm.output_dir)
+        results = run_training(
+            dataclasses.replace(arm.config, dataset_dir=dataset),
+            output_dir / RESULTS_FILE,
+            output_dir / MODEL_FILE,
+            arm.tracking,
+        )
+        if not world_from_env().main:
+            return None
+        if local is not None:
+            storage.copy_tree(local, arm.output_dir, [RESULTS_FILE, MODEL_FILE])
+    return results
 
 
 def torchrun(processes: int, arguments: list[str]) -> None:
