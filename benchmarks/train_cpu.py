@@ -63,15 +63,18 @@ def timed_steps(
     steps: int,
     lr: float,
 ) -> float:
-    """Images/s of `steps` plain training steps after WARMUP untimed ones."""
+    """Images/s of `steps` plain training steps after WARMUP untimed ones, with the engine's
+    optimizer settings and the precision's autocast (the registry's, as the engine has it)."""
     optimizer = torch.optim.SGD(
-        model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4
-    )
+        model.parameters(), lr=lr, momentum=TrainConfig.momentum, nesterov=True,
+        weight_decay=TrainConfig.weight_decay,
+    )  # fmt: skip
+    autocast = resolve(precision, torch.device("cpu"), allow_emulated=True).autocast
     for step in range(WARMUP + steps):
         if step == WARMUP:
             started = time.perf_counter()
         images, labels = next_batch()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with autocast():
             loss = nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
