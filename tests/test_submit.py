@@ -13,9 +13,9 @@ from kfp_standin import KfpStandIn
 from services import closed_port
 
 from ampbench import DEFAULT_IMAGE
-from ampbench.cli import build_parser, main
+from ampbench.cli import build_parser, main, parameter_options
 from ampbench.matrix import matrix_runs
-from ampbench.pipelines import client, parameter_options
+from ampbench.pipelines import client
 from ampbench.pipelines.compile import compile_pipeline
 
 TOKEN = "tok-S3CRET-4b1d-kfp"

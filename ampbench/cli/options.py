@@ -63,6 +63,27 @@ def add_training_options(parser: argparse.ArgumentParser) -> set[str]:
     )
 
 
+def add_matrix_options(
+    parser: argparse.ArgumentParser, description: str
+) -> argparse._ArgumentGroup:
+    """The lists `run` and `submit` make their matrix from (matrix.runs_of_lists), less
+    --seeds, which each command places itself. The group, to add to."""
+    from ampbench.argtypes import batch_size_list, model_list, precision_list
+    from ampbench.train import PRECISIONS
+
+    matrix = parser.add_argument_group("experiment matrix", description)
+    matrix.add_argument(
+        "--precisions",
+        type=precision_list,
+        metavar="LIST",
+        help="precisions to compare with the baseline, e.g. tf32,fp16,bf16 (of "
+        f"{', '.join(PRECISIONS)})",
+    )
+    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
+    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
+    return matrix
+
+
 def add_comparison_options(parser: argparse.ArgumentParser) -> set[str]:
     """The comparison's options and the baseline's precision (`run` and `compare`). The names
     of the options added."""

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ampbench import storage
-from ampbench.argtypes import batch_size_list, model_list, precision_list, seed_list
+from ampbench.argtypes import seed_list
 from ampbench.cli.options import (
     add_comparison_options,
     add_experiment_options,
+    add_matrix_options,
     add_training_options,
 )
 from ampbench.errors import AmpbenchError
@@ -44,7 +45,12 @@ def add_run(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--precision", choices=PRECISIONS, default=AMP_PRECISION, help="the mixed-precision arm"
     )
-    _add_matrix_options(parser, PRECISIONS)
+    add_matrix_options(
+        parser,
+        "Several arms in one run: every model x batch size x precision x seed is a training "
+        "task, and each (model, batch size) group gets its own baseline arm. Each list replaces "
+        "its single-value option.",
+    )
     taken |= add_comparison_options(parser)
     parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
     parser.add_argument(
@@ -57,24 +63,6 @@ def add_run(commands: argparse._SubParsersAction) -> None:
         parser, sections=("dataset", "training", "tracking", "comparison"), exclude=taken
     )
     parser.set_defaults(handler=_run)
-
-
-def _add_matrix_options(parser: argparse.ArgumentParser, precisions: tuple[str, ...]) -> None:
-    matrix = parser.add_argument_group(
-        "experiment matrix",
-        "Several arms in one run: every model x batch size x precision x seed is a training "
-        "task, and each (model, batch size) group gets its own baseline arm. Each list replaces "
-        "its single-value option.",
-    )
-    matrix.add_argument(
-        "--precisions",
-        type=precision_list,
-        metavar="LIST",
-        help="precisions to compare with the baseline, e.g. tf32,fp16,bf16 (of "
-        f"{', '.join(precisions)})",
-    )
-    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
-    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
 
 
 def _one_or_list(args: argparse.Namespace, single: str, plural: str, default: object) -> list:
@@ -168,6 +156,6 @@ def _compile(args: argparse.Namespace) -> int:
 # -- submit, upload -----------------------------------------------------------------------------
 def add_kfp(commands: argparse._SubParsersAction) -> None:
     # Imported here: it imports KFP, which the other commands do without.
-    from ampbench.pipelines.kfp_commands import add_commands
+    from ampbench.cli.kfp_commands import add_commands
 
     add_commands(commands)

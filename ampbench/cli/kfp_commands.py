@@ -12,23 +12,24 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kfp.client import KF_PIPELINES_SA_TOKEN_ENV, KF_PIPELINES_SA_TOKEN_PATH
-from kfp.client.client import KF_PIPELINES_DEFAULT_EXPERIMENT_NAME, KF_PIPELINES_ENDPOINT_ENV
-
 from ampbench.argtypes import (
-    batch_size_list,
-    model_list,
     positive_number,
-    precision_list,
     seed_list,
 )
+from ampbench.cli.options import add_matrix_options
+from ampbench.cli.parameter_options import add_pipeline_options, dest
 from ampbench.errors import AmpbenchError
-from ampbench.pipelines.client import make_client
+from ampbench.pipelines.client import (
+    KF_PIPELINES_ENDPOINT_ENV,
+    KF_PIPELINES_SA_TOKEN_ENV,
+    KF_PIPELINES_SA_TOKEN_PATH,
+    make_client,
+)
 from ampbench.pipelines.compile import add_build_options
-from ampbench.pipelines.parameter_options import add_pipeline_options, dest
 from ampbench.pipelines.submit import (
     DEFAULT_KFP_EXPERIMENT,
     DEFAULT_POLL_INTERVAL_S,
+    KF_PIPELINES_DEFAULT_EXPERIMENT_NAME,
     submit_run,
     upload_pipeline,
 )
@@ -86,16 +87,11 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         help="with --wait: seconds between polls",
     )
     add_build_options(submit)
-    matrix = submit.add_argument_group(
-        "experiment matrix",
+    matrix = add_matrix_options(
+        submit,
         "Make the `runs` parameter: every model x batch size x precision x seed, each (model, "
         "batch size) group with its own baseline arm; a list not given keeps the default "
         "experiment's single value.",
-    )
-    matrix.add_argument("--models", type=model_list, metavar="LIST", help="e.g. resnet18,vit-s")
-    matrix.add_argument("--batch-sizes", type=batch_size_list, metavar="LIST", help="e.g. 128,512")
-    matrix.add_argument(
-        "--precisions", type=precision_list, metavar="LIST", help="e.g. tf32,fp16,bf16"
     )
     matrix.add_argument("--seeds", type=seed_list, metavar="LIST", help="e.g. 0,1,2")
     from ampbench.experiment import parameters
