@@ -12,10 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ampbench.argtypes import (
-    positive_number,
-    seed_list,
-)
+from ampbench.argtypes import positive_number, seed_list
 from ampbench.cli.options import add_matrix_options
 from ampbench.cli.parameter_options import add_pipeline_options, dest
 from ampbench.errors import AmpbenchError
@@ -59,6 +56,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _add_submit(commands: argparse._SubParsersAction) -> None:
+    from ampbench.experiment import parameters
+
     submit = commands.add_parser(
         "submit",
         help="run the pipeline on Kubeflow Pipelines",
@@ -94,8 +93,6 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
         "experiment's single value.",
     )
     matrix.add_argument("--seeds", type=seed_list, metavar="LIST", help="e.g. 0,1,2")
-    from ampbench.experiment import parameters
-
     add_pipeline_options(submit, parameters())
     submit.set_defaults(handler=_submit)
 
