@@ -19,13 +19,12 @@ from typing import Any
 
 import yaml
 
+from ampbench.matrix import runs_of_lists
 from ampbench.pipelines.compile import compile_pipeline
+from ampbench.train.config import TrainConfig
 
 ROOT = "minio://mlpipeline/v2/artifacts/image-check"
-RUNS = [
-    {"model": "small-cnn", "batch_size": 64, "precision": precision, "seed": 0}
-    for precision in ("fp32", "amp")
-]
+RUNS = runs_of_lists(["small-cnn"], [64])  # the default pair, fp32 and amp
 
 
 def artifact(name: str, schema: str, uri: str) -> dict[str, Any]:
@@ -83,7 +82,7 @@ def main() -> None:
         return {"step": task, "argv": argv}
 
     dataset = artifact("dataset", "system.Dataset", f"{ROOT}/prepare/dataset")
-    prepared = {"data": data, "subset": 512, "runs": RUNS, "epochs": 1, "lr": 0.1}
+    prepared = {"data": data, "subset": 512, "runs": RUNS, "epochs": 1, "lr": TrainConfig.lr}
     calls = [call("prepare", "prepare", prepared, {})]
     results = []
     for run in RUNS:
