@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 # -- run ----------------------------------------------------------------------------------------
 def add_run(commands: argparse._SubParsersAction) -> None:
+    from ampbench.settings import described
     from ampbench.train import AMP_PRECISION, PRECISIONS
+    from ampbench.train.config import TrainConfig
 
     parser = commands.add_parser(
         "run",
@@ -36,9 +38,6 @@ def add_run(commands: argparse._SubParsersAction) -> None:
     # Unset: short_run_batch_size picks it from --subset.
     parser.set_defaults(batch_size=None)
     seeds = parser.add_mutually_exclusive_group()
-    from ampbench.settings import described
-    from ampbench.train.config import TrainConfig
-
     seed = next(each for each in described(TrainConfig) if each.name == "seed")
     seeds.add_argument("--seed", type=int, help=f"{seed.description} (default {seed.default})")
     seeds.add_argument("--seeds", type=seed_list, help="several seeds, e.g. 0,1,2")

@@ -13,6 +13,7 @@ from ampbench.compare.plots import write_plots
 from ampbench.compare.report import render_html, render_markdown
 from ampbench.comparison import Comparison
 from ampbench.errors import AmpbenchError
+from ampbench.experiment import ComparisonSettings
 from ampbench.logs import log
 from ampbench.parent_run import finish_parent_run, open_parent_run
 from ampbench.results import RESULTS_FILE, ArmResults, read_arm_results, write_json
@@ -85,7 +86,7 @@ def run_comparison(
     *,
     baseline: str = BASELINE_PRECISION,
     parent_run: ParentRunOptions | None = None,
-    max_accuracy_drop_pp: float | None = None,
+    max_accuracy_drop_pp: float = ComparisonSettings.max_accuracy_drop,
     allow_mismatch: bool = False,
 ) -> Comparison:
     """Compare the training results (any arms and seeds, each arm against its group's
@@ -103,7 +104,7 @@ def run_comparison(
     if parent_run is not None:
         comparison = _track(comparison, runs, parent_run, outputs, plots)
     log.info("compare: wrote %s, %s and %s", outputs.comparison, outputs.report, outputs.html)
-    if max_accuracy_drop_pp is not None and max_accuracy_drop_pp >= 0:  # negative: off
+    if max_accuracy_drop_pp >= 0:  # negative: off
         for name, this in comparison.comparisons.items():
             if -this.accuracy_delta_pp.value > max_accuracy_drop_pp:
                 raise AmpbenchError(

@@ -6,7 +6,6 @@ from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
 from ampbench.data.sources import SourceOptions
 from ampbench.experiment import ArmSettings, DataSettings, Resources, TrainingSettings
-from ampbench.train.config import TrainConfig
 
 # Component parameter -> its default, from the one place each is defined.
 DEFAULTS = {
@@ -15,7 +14,7 @@ DEFAULTS = {
     "seed": SourceOptions.seed,
     "skip_bad_images": SourceOptions.skip_bad_images,
     "baseline_precision": ArmSettings.baseline_precision,
-    "train_image_size": TrainConfig.image_size,
+    "train_image_size": DataSettings.image_size,
     "epochs": TrainingSettings.epochs,
     "lr": TrainingSettings.lr,
     "grad_comm": TrainingSettings.grad_comm,
