@@ -4,6 +4,7 @@ the device's readiness, and recorded by a real training process."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.cli import COMMANDS
 from ampbench.process import StartupClock, process_age_s
 from ampbench.results import Startup, read_arm_results
 
@@ -54,8 +56,8 @@ def test_the_clock_splits_the_start_up_at_the_device() -> None:
     assert record.total_s == pytest.approx(record.imports_s + record.state_s)
 
 
-# Runs `ampbench train` and says, as the process ends, which of KFP and MLflow it imported.
-TRAIN_AND_TELL = (
+# Runs `ampbench` and says, as the process ends, which of KFP and MLflow it imported.
+AMPBENCH_AND_TELL = (
     "import atexit, sys\n"
     "from ampbench.cli import main\n"
     "atexit.register(lambda: print([m for m in ('kfp', 'mlflow') if m in sys.modules]))\n"
@@ -63,11 +65,25 @@ TRAIN_AND_TELL = (
 )
 
 
+def test_the_list_of_commands_builds_no_command() -> None:
+    """`ampbench --help` lists every command without importing what their options need
+    (submit's would import KFP)."""
+    done = subprocess.run(
+        [sys.executable, "-c", AMPBENCH_AND_TELL, "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert done.stdout.splitlines()[-1] == "[]"
+    for command in COMMANDS:
+        assert re.search(rf"^ +{command} +\S", done.stdout, re.MULTILINE), command
+
+
 def test_a_training_process_records_its_start_up(synthetic_dataset: Path, tmp_path: Path) -> None:
     started = time.monotonic()
     done = subprocess.run(
         [
-            sys.executable, "-c", TRAIN_AND_TELL, "train", "--dataset", str(synthetic_dataset),
+            sys.executable, "-c", AMPBENCH_AND_TELL, "train", "--dataset", str(synthetic_dataset),
             "--precision", "fp32", "--model", "small-cnn", "--epochs", "1", "--subset", "64",
             "--batch-size", "32", "--no-tracking", "--output-dir", str(tmp_path),
         ],

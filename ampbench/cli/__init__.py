@@ -7,33 +7,38 @@ and runs the one the command line names.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
 from ampbench import __version__
 from ampbench.argtypes import DefaultsHelpFormatter
-from ampbench.cli.mlflow_commands import add_report, add_ui
-from ampbench.cli.pipeline_commands import add_compile, add_kfp, add_run
-from ampbench.cli.step_commands import add_compare, add_prepare
-from ampbench.cli.train_command import add_train
 from ampbench.errors import AmpbenchError
 from ampbench.logs import setup_logging
 from ampbench.process import skip_final_collection
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Each command's parser, by the names it adds: only the one run is built (submit's and
-# upload's import KFP).
-COMMAND_PARSERS: list[tuple[tuple[str, ...], Callable[[argparse._SubParsersAction], None]]] = [
-    (("run",), add_run),
-    (("compile",), add_compile),
-    (("submit", "upload"), add_kfp),
-    (("prepare",), add_prepare),
-    (("train",), add_train),
-    (("compare",), add_compare),
-    (("report",), add_report),
-    (("ui",), add_ui),
-]
+# Each command: its line in `ampbench --help`, and the function that adds its options and
+# handler. That function's module is imported only for the command run (submit's and upload's
+# import KFP, report's and ui's MLflow).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": (
+        "run the whole pipeline here with the KFP local runner",
+        "pipeline_commands:add_run",
+    ),
+    "compile": ("write the pipeline YAML for Kubeflow", "pipeline_commands:add_compile"),
+    "submit": ("run the pipeline on Kubeflow Pipelines", "kfp_commands:add_submit"),
+    "upload": (
+        "store the pipeline (or a new version of it) on Kubeflow Pipelines",
+        "kfp_commands:add_upload",
+    ),
+    "prepare": ("run the prepare step by itself", "step_commands:add_prepare"),
+    "train": ("run the train step by itself", "train_command:add_train"),
+    "compare": ("run the compare step by itself", "step_commands:add_compare"),
+    "report": ("rebuild a pipeline run's report from MLflow alone", "mlflow_commands:add_report"),
+    "ui": ("browse the runs in the MLflow UI", "mlflow_commands:add_ui"),
+}
 
 
 def command_in(argv: Sequence[str]) -> str | None:
@@ -43,8 +48,9 @@ def command_in(argv: Sequence[str]) -> str | None:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line; with `only` a command's name, that command's parser alone (any other
-    word, or None, builds them all: for the list of commands, or argparse's error naming them)."""
+    """The command line. Every command is listed; with `only` None all get their options, with
+    `only` a command's name that command alone, with any other word none (the list of
+    commands, or argparse's error naming them, needs no command's options)."""
     parser = argparse.ArgumentParser(
         prog="ampbench",
         description="What does mixed precision buy us? AMP against FP32 training: speed, "
@@ -53,18 +59,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ampbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    known = only in {name for names, _ in COMMAND_PARSERS for name in names}
-    for names, add in COMMAND_PARSERS:
-        if not known or only in names:
-            add(commands)
-    for command in commands.choices.values():
-        command.formatter_class = DefaultsHelpFormatter
+    for name, (line, adds) in COMMANDS.items():
+        command = commands.add_parser(name, help=line, formatter_class=DefaultsHelpFormatter)
+        if only is None or only == name:
+            module, function = adds.split(":")
+            getattr(importlib.import_module(f"{__name__}.{module}"), function)(command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     skip_final_collection()
-    parser = build_parser(only=command_in(sys.argv[1:] if argv is None else argv))
+    parser = build_parser(only=command_in(sys.argv[1:] if argv is None else argv) or "")
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

@@ -49,20 +49,12 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Register `submit` and `upload` on the `ampbench` command's subparsers."""
-    _add_submit(commands)
-    _add_upload(commands)
-
-
-def _add_submit(commands: argparse._SubParsersAction) -> None:
+def add_submit(submit: argparse.ArgumentParser) -> None:
     from ampbench.experiment import parameters
 
-    submit = commands.add_parser(
-        "submit",
-        help="run the pipeline on Kubeflow Pipelines",
-        description="Compile the pipeline and start a run of it on a Kubeflow Pipelines "
-        "server, in a KFP experiment; with --wait, follow it until it ends.",
+    submit.description = (
+        "Compile the pipeline and start a run of it on a Kubeflow Pipelines "
+        "server, in a KFP experiment; with --wait, follow it until it ends."
     )
     _add_connection_options(submit)
     run = submit.add_argument_group("the run")
@@ -97,12 +89,10 @@ def _add_submit(commands: argparse._SubParsersAction) -> None:
     submit.set_defaults(handler=_submit)
 
 
-def _add_upload(commands: argparse._SubParsersAction) -> None:
-    upload = commands.add_parser(
-        "upload",
-        help="store the pipeline (or a new version of it) on Kubeflow Pipelines",
-        description="Compile the pipeline and upload it to a Kubeflow Pipelines server: a new "
-        "pipeline, or a new version of the pipeline of that name.",
+def add_upload(upload: argparse.ArgumentParser) -> None:
+    upload.description = (
+        "Compile the pipeline and upload it to a Kubeflow Pipelines server: a new "
+        "pipeline, or a new version of the pipeline of that name."
     )
     _add_connection_options(upload)
     from ampbench.pipelines.pipeline import PIPELINE_NAME

@@ -19,12 +19,10 @@ from ampbench.tracking import UI_PORT
 
 
 # -- report -------------------------------------------------------------------------------------
-def add_report(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "report",
-        help="rebuild a pipeline run's report from MLflow alone",
-        description="Download the arm runs' results of a pipeline run from MLflow and write the "
-        "comparison again (results.json, report.md, report.html, plots/).",
+def add_report(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Download the arm runs' results of a pipeline run from MLflow and write the "
+        "comparison again (results.json, report.md, report.html, plots/)."
     )
     add_experiment_options(parser, names=("experiment",))
     parser.add_argument("--parent-run-id", help="the pipeline run's parent run (default: newest)")
@@ -54,12 +52,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 # -- ui -----------------------------------------------------------------------------------------
-def add_ui(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "ui",
-        help="browse the runs in the MLflow UI",
-        description="Start the MLflow UI on 127.0.0.1 over the tracking store that runs use.",
-    )
+def add_ui(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Start the MLflow UI on 127.0.0.1 over the tracking store that runs use."
     parser.add_argument("--port", type=positive_int, default=UI_PORT, help="port on 127.0.0.1")
     add_experiment_options(parser, names=("experiment",))
     parser.set_defaults(handler=_ui)

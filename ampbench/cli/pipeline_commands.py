@@ -1,5 +1,5 @@
-"""The commands over the whole pipeline: `run` (here, with the KFP local runner), `compile`,
-and `submit` and `upload` (to Kubeflow Pipelines, from ampbench.pipelines)."""
+"""The commands over the whole pipeline here: `run` (with the KFP local runner) and `compile`
+(`submit` and `upload`, to Kubeflow Pipelines, have a module of their own)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,14 @@ if TYPE_CHECKING:
 
 
 # -- run ----------------------------------------------------------------------------------------
-def add_run(commands: argparse._SubParsersAction) -> None:
+def add_run(parser: argparse.ArgumentParser) -> None:
     from ampbench.settings import described
     from ampbench.train import AMP_PRECISION, PRECISIONS
     from ampbench.train.config import TrainConfig
 
-    parser = commands.add_parser(
-        "run",
-        help="run the whole pipeline here with the KFP local runner",
-        description="Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
-        "runner, track the runs in MLflow, and print the RESULTS block.",
+    parser.description = (
+        "Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
+        "runner, track the runs in MLflow, and print the RESULTS block."
     )
     taken = add_experiment_options(parser, names=("data",)) | add_training_options(parser)
     # Unset: short_run_batch_size picks it from --subset.
@@ -131,12 +129,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 # -- compile ------------------------------------------------------------------------------------
-def add_compile(commands: argparse._SubParsersAction) -> None:
+def add_compile(parser: argparse.ArgumentParser) -> None:
     from ampbench.pipelines.compile import DEFAULT_OUTPUT, add_build_options
 
-    parser = commands.add_parser(
-        "compile", help="write the pipeline YAML for Kubeflow", description="Compile the pipeline."
-    )
+    parser.description = "Compile the pipeline."
     parser.add_argument(
         "-o", "--output", type=Path, default=DEFAULT_OUTPUT, help="where to write the YAML"
     )
@@ -150,11 +146,3 @@ def _compile(args: argparse.Namespace) -> int:
     path = compile_pipeline(args.output, args.image, args.schedule)
     print(f"wrote {path} (image {args.image}, {args.schedule} schedule)")
     return 0
-
-
-# -- submit, upload -----------------------------------------------------------------------------
-def add_kfp(commands: argparse._SubParsersAction) -> None:
-    # Imported here: it imports KFP, which the other commands do without.
-    from ampbench.cli.kfp_commands import add_commands
-
-    add_commands(commands)

@@ -11,14 +11,10 @@ from ampbench.cli.options import add_comparison_options, add_experiment_options
 
 
 # -- prepare ------------------------------------------------------------------------------------
-def add_prepare(commands: argparse._SubParsersAction) -> None:
+def add_prepare(parser: argparse.ArgumentParser) -> None:
     from ampbench.data.sources import SourceOptions
 
-    parser = commands.add_parser(
-        "prepare",
-        help="run the prepare step by itself",
-        description="Prepare a data source as Parquet shards plus metadata.json.",
-    )
+    parser.description = "Prepare a data source as Parquet shards plus metadata.json."
     parser.add_argument(
         "--data",
         required=True,
@@ -111,13 +107,11 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 # -- compare ------------------------------------------------------------------------------------
-def add_compare(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser(
-        "compare",
-        help="run the compare step by itself",
-        description="Compare training results (`ampbench train`'s results.json, one file per "
+def add_compare(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Compare training results (`ampbench train`'s results.json, one file per "
         "arm and seed): each arm against the baseline precision of its (model, batch size) "
-        "group.",
+        "group."
     )
     parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
     parser.add_argument("--output-dir", type=Path, required=True)

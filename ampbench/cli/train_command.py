@@ -16,17 +16,15 @@ if TYPE_CHECKING:
     from ampbench.train.launch import HandOff
 
 
-def add_train(commands: argparse._SubParsersAction) -> None:
+def add_train(parser: argparse.ArgumentParser) -> None:
     from ampbench.train import PRECISIONS
     from ampbench.train.config import TrainConfig
 
-    parser = commands.add_parser(
-        "train",
-        help="run the train step by itself",
-        description="Train one precision arm on a prepared dataset; write results.json and "
+    parser.description = (
+        "Train one precision arm on a prepared dataset; write results.json and "
         "model.pt to the output directory. Runs unchanged under torchrun (one process per GPU, "
         "or gloo between CPU processes): --batch-size is then each process's batch, and rank 0 "
-        "writes the outputs, checkpoints and MLflow run.",
+        "writes the outputs, checkpoints and MLflow run."
     )
     parser.add_argument(
         "--config",
