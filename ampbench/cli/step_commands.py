@@ -12,6 +12,7 @@ from ampbench.cli.options import add_comparison_options, add_experiment_options
 
 # -- prepare ------------------------------------------------------------------------------------
 def add_prepare(parser: argparse.ArgumentParser) -> None:
+    from ampbench.data.dataset import DEFAULT_VAL_FRACTION
     from ampbench.data.sources import SourceOptions
 
     parser.description = "Prepare a data source as Parquet shards plus metadata.json."
@@ -26,7 +27,9 @@ def add_prepare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=SourceOptions.seed, help="seed of subsets and splits"
     )
-    parser.add_argument("--val-fraction", type=float, default=0.0, help="carve val from train")
+    parser.add_argument(
+        "--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, help="carve val from train"
+    )
     parser.add_argument(
         "--test-fraction",
         type=float,

@@ -30,6 +30,8 @@ from ampbench.logs import Progress, log
 from ampbench.sampling import stratified_split, stratified_take
 
 MAX_LISTED_BAD_IMAGES = 100
+# No validation split unless asked: arms are compared on the test split.
+DEFAULT_VAL_FRACTION = 0.0
 
 
 def channel_stats(
@@ -105,7 +107,7 @@ def prepare_dataset(
     output_dir: Path,
     *,
     subset: int = 0,
-    val_fraction: float = 0.0,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
     options: SourceOptions | None = None,
     use_cache: bool = True,
 ) -> dict[str, Any]:

@@ -18,7 +18,7 @@ def run_prepare_task(
     options: SourceOptions,
     experiment: Experiment,
     *,
-    val_fraction: float = 0.0,
+    val_fraction: float,
 ) -> dict[str, Any]:
     """Prepare `data` into `output` (at most the experiment's subset per split) and return its
     metadata, having checked the experiment before and each arm's batch and model against the

@@ -4,6 +4,7 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
+from ampbench.data.dataset import DEFAULT_VAL_FRACTION
 from ampbench.data.sources import SourceOptions
 from ampbench.experiment import ArmSettings, DataSettings, Resources, TrainingSettings
 
@@ -11,6 +12,7 @@ from ampbench.experiment import ArmSettings, DataSettings, Resources, TrainingSe
 DEFAULTS = {
     "subset": DataSettings.subset,
     "test_fraction": SourceOptions.test_fraction,
+    "val_fraction": DEFAULT_VAL_FRACTION,
     "seed": SourceOptions.seed,
     "skip_bad_images": SourceOptions.skip_bad_images,
     "baseline_precision": ArmSettings.baseline_precision,
@@ -39,7 +41,7 @@ def prepare(
     grad_comm: str,
     gpu_count: int,
     num_nodes: int,
-    val_fraction: float = 0.0,
+    val_fraction: float,
     image_size: int = 0,
     max_extract_bytes: int = 0,
     max_members: int = 0,
