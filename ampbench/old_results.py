@@ -14,12 +14,8 @@ def upgrade_v1(old: dict) -> dict:
     """
     hyperparameters = old["hyperparameters"]
     dataset = old["dataset"]
-    steps = dataset["train_images"] // hyperparameters["batch_size"]
-    trained_images = len(old["epochs"]) * steps * hyperparameters["batch_size"]
-    train_time = old["train_time_s"]
-    extra_time = sum(old.get(key) or 0.0 for key in ("eval_time_s", "checkpoint_time_s"))
-    compile_time = old.get("compile_time_s") or 0.0
-    reserved = old.get("peak_memory_reserved_mb")
+    batch = hyperparameters["batch_size"]
+    epoch_images = dataset["train_images"] // batch * batch  # full batches only
     return {
         "schema_version": 2,
         "precision": {
@@ -38,35 +34,47 @@ def upgrade_v1(old: dict) -> dict:
         "dataset": {**dataset, "image_shape": []},
         "accuracy": old["accuracy"],
         "test_loss": old["test_loss"],
-        "timing": {
-            "train_time_s": train_time,
-            "throughput_img_s": old.get("throughput_img_s") or trained_images / train_time,
-            "trained_images": trained_images,
-            "end_to_end_s": compile_time + train_time + extra_time,
-            "warmup_s": compile_time,
-            "warmup_steps": 0,
-            "compile_s": compile_time,
-            "eval_s": old.get("eval_time_s") or 0.0,
-            "checkpoint_s": old.get("checkpoint_time_s") or 0.0,
-        },
-        "memory": {
-            "kind": {"cuda_max_allocated": "cuda_allocated"}.get(old["memory_kind"], "cpu_rss"),
-            "train_peak_mb": old["peak_memory_mb"],
-            "total_peak_mb": old["peak_memory_mb"],
-            "resident_mb": 0.0,
-            "train_peak_reserved_mb": reserved,
-            "total_peak_reserved_mb": reserved,
-        },
+        "timing": _timing_v1(old, len(old["epochs"]) * epoch_images),
+        "memory": _memory_v1(old),
         "skipped_steps": old["skipped_steps"],
         "loss_scale": old["loss_scale"],
         "resumed_from": old["resumed_from"],
         "versions": old["versions"],
-        "epochs": [
-            _epoch_v1(epoch, steps * hyperparameters["batch_size"]) for epoch in old["epochs"]
-        ],
+        "epochs": [_epoch_v1(epoch, epoch_images) for epoch in old["epochs"]],
         "mlflow": old.get("mlflow"),
         "requested_resources": old.get("requested_resources"),
         "upgraded_from_schema": 1,
+    }
+
+
+def _timing_v1(old: dict, trained_images: int) -> dict:
+    """Schema 1's times in schema 2: its compilation was its only warm-up."""
+    train_time = old["train_time_s"]
+    extra_time = sum(old.get(key) or 0.0 for key in ("eval_time_s", "checkpoint_time_s"))
+    compile_time = old.get("compile_time_s") or 0.0
+    return {
+        "train_time_s": train_time,
+        "throughput_img_s": old.get("throughput_img_s") or trained_images / train_time,
+        "trained_images": trained_images,
+        "end_to_end_s": compile_time + train_time + extra_time,
+        "warmup_s": compile_time,
+        "warmup_steps": 0,
+        "compile_s": compile_time,
+        "eval_s": old.get("eval_time_s") or 0.0,
+        "checkpoint_s": old.get("checkpoint_time_s") or 0.0,
+    }
+
+
+def _memory_v1(old: dict) -> dict:
+    """Schema 1's one peak, which counted the data set and the model, as both peaks."""
+    reserved = old.get("peak_memory_reserved_mb")
+    return {
+        "kind": {"cuda_max_allocated": "cuda_allocated"}.get(old["memory_kind"], "cpu_rss"),
+        "train_peak_mb": old["peak_memory_mb"],
+        "total_peak_mb": old["peak_memory_mb"],
+        "resident_mb": 0.0,
+        "train_peak_reserved_mb": reserved,
+        "total_peak_reserved_mb": reserved,
     }
 
 

@@ -20,6 +20,7 @@ from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparis
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.local import LocalRun, summary_lines
 from ampbench.results import read_arm_results
+from ampbench.system_metrics import SystemMetrics
 from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
 from ampbench.train.step import run_training
@@ -237,7 +238,7 @@ def test_system_metrics_are_sampled_on_a_thread_and_sent_with_the_epochs(
     until the next flush: the sampler itself never talks to MLflow."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    sampler = tracking.SystemMetrics(interval_s=0.05)
+    sampler = SystemMetrics(interval_s=0.05)
     run = tracking.ArmRun("system", "sampled", {}, {"a": 1}, sampler)
     assert run.run_id is not None
     sampler.start()

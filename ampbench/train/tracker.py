@@ -12,13 +12,13 @@ import torch
 
 from ampbench.matrix import group_label, run_name
 from ampbench.results import RESULTS_FILE, ArmResults, EpochRecord, TrackingRecord, write_json
+from ampbench.system_metrics import SystemMetrics
 from ampbench.tracking import (
     DEFAULT_EXPERIMENT,
     PIPELINE_RUN_TAG,
     PRECISION_TAG,
     STATE_DICT_ARTIFACT,
     ArmRun,
-    SystemMetrics,
     preload,
     safe_tracking_uri,
 )
