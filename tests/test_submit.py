@@ -176,13 +176,15 @@ def test_submit_offers_every_pipeline_parameter(tmp_path: Path) -> None:
 
 
 def test_new_parameters_get_options_that_do_not_clash() -> None:
-    """Leaves the experiment may gain: a clash with a submit option gets a --param- flag, and
-    each is read by its own parser."""
+    """Leaves the experiment may gain: a clash with a submit option gets a --param- flag, a
+    flag of its own (run's) comes first with the parameter's name beside it, and each is read by
+    its own parser."""
     from ampbench.argtypes import json_list, json_object
     from ampbench.experiment import Parameter
 
-    def leaf(name: str, default: object, parse: object) -> Parameter:
-        return Parameter(name, type(default), default, "a leaf", parse, name, section="x")  # type: ignore[arg-type]
+    def leaf(name: str, default: object, parse: object, flag: str = "") -> Parameter:
+        flag = flag or name.replace("_", "-")
+        return Parameter(name, type(default), default, "a leaf", parse, flag, section="x")  # type: ignore[arg-type]
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--image")
@@ -192,12 +194,14 @@ def test_new_parameters_get_options_that_do_not_clash() -> None:
         leaf("checkpoint_dir", "", str),
         leaf("resume", False, bool),
         leaf("weights", [], json_list),
+        leaf("registered_name", "", str, flag="register"),
     ]
     parameter_options.add_pipeline_options(parser, parameters)
     args = parser.parse_args(
         [
             *("--image", "a", "--param-image", "b", "--node-selector", '{"gpu": "h100"}'),
             *("--checkpoint-dir", "s3://b/c", "--resume", "--weights", '[0.5, 1, "x"]'),
+            *("--register", "m"),
         ]
     )
     given = {
@@ -212,7 +216,10 @@ def test_new_parameters_get_options_that_do_not_clash() -> None:
         "checkpoint_dir": "s3://b/c",
         "resume": True,
         "weights": [0.5, 1, "x"],
+        "registered_name": "m",
     }
+    by_name = parser.parse_args(["--registered-name", "n"])
+    assert getattr(by_name, parameter_options.dest(parameters[-1])) == "n"
     assert not hasattr(parser.parse_args([]), "pipeline_param_resume")
     with pytest.raises(SystemExit):
         parser.parse_args(["--weights", "0.5,1"])

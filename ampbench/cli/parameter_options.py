@@ -36,9 +36,12 @@ def add_pipeline_options(parser: argparse.ArgumentParser, parameters: Sequence[P
     )
     taken = {option for action in parser._actions for option in action.option_strings}
     for parameter in parameters:
-        flag = "--" + RENAMED_FLAGS.get(parameter.name, parameter.name.replace("_", "-"))
+        flag = "--" + RENAMED_FLAGS.get(parameter.name, parameter.flag)
         if flag in taken:
             flag = "--param-" + parameter.name.replace("_", "-")
+        # `run`'s flag first; the parameter's own name stays an option where it differs.
+        named = "--" + parameter.name.replace("_", "-")
+        flags = [flag] if named in taken | {flag} else [flag, named]
         shown = parameter.default if parameter.type is str else json.dumps(parameter.default)
         kind = KINDS[parameter.type]
         text = f"{parameter.description.rstrip('.')} ({kind}; pipeline default: {shown})"
@@ -52,5 +55,5 @@ def add_pipeline_options(parser: argparse.ArgumentParser, parameters: Sequence[P
         else:
             options["metavar"] = flag.removeprefix("--").replace("-", "_").upper()
             options["type"] = parameter.parse
-        group.add_argument(flag, **options)
-        taken.add(flag)
+        group.add_argument(*flags, **options)
+        taken.update(flags)
