@@ -344,6 +344,14 @@ def test_a_hand_off_is_all_or_nothing_of_the_command_line(tmp_path: Path) -> Non
         )
         assert done.returncode == 1 and "Traceback" not in done.stderr
         assert done.stderr.strip().startswith(f"ampbench: error: {error}"), done.stderr
+    # torchrun's processes and a TrainJob's nodes run the library's worker, not the command.
+    done = subprocess.run(
+        [sys.executable, "-m", "ampbench.train.worker", "--config", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"ERROR: train: --config {tmp_path}/none.json: cannot be read" in done.stderr
     (tmp_path / "other.json").write_text('{"dataset": "d", "output_dir": "o", "config": {}}')
     with pytest.raises(
         AmpbenchError, match=r"^--config \S+other.json: not an arm's hand-off .* \(no 'tracking'\)"
@@ -628,7 +636,8 @@ def test_the_train_task_with_two_nodes_creates_the_trainjob_the_crd_admits(
         "nvidia.com/gpu": "8",
     }
     shared = f"{tmp_path}/shared/run-7/resnet18-b128-amp-seed0"
-    assert trainer["args"][-2:] == ["--config", f"{shared}/train.json"]
+    assert trainer["command"][-2:] == ["--module", "ampbench.train.worker"]
+    assert trainer["args"] == ["--config", f"{shared}/train.json"]
     handed = HandOff.read(f"{shared}/train.json")
     assert (handed.dataset, handed.output_dir) == (f"{shared}/dataset", f"{shared}/outputs")
     assert handed.config.checkpoint_dir == shared and handed.config.resume

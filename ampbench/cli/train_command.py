@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampbench import storage
 from ampbench.cli.options import add_setting_options, add_training_options
 from ampbench.errors import AmpbenchError
 from ampbench.settings import described
@@ -87,17 +86,11 @@ def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff
 def _train(args: argparse.Namespace) -> int:
     # Imported here: the package imports this module to list the commands.
     from ampbench.cli import build_parser
-    from ampbench.results import RESULTS_FILE
-    from ampbench.train.launch import train_hand_off
+    from ampbench.train.launch import results_line, train_hand_off
 
     arm = _hand_off(args, build_parser("train").parse_args(["train"]))
     results = train_hand_off(arm)
     if results is None:  # under torchrun, rank 0 speaks for the run
         return 0
-    print(
-        f"{results.precision.requested} ({results.precision.support}): accuracy "
-        f"{results.accuracy:.4f}, {results.timing.throughput_img_s:,.1f} images/s, "
-        f"{results.timing.train_time_s:.2f} s training, {results.memory.train_peak_mb:,.1f} MB "
-        f"training peak -> {storage.join(arm.output_dir, RESULTS_FILE)}"
-    )
+    print(results_line(results, arm.output_dir))
     return 0

@@ -1,7 +1,7 @@
 """Training in several processes, on the engines that exist for it: torchrun in one pod (one
 process per GPU), Kubeflow Trainer across nodes (trainjob.py, trainjob_run.py). Both run
-`ampbench train --config` with the arm's HandOff, and both leave the arm's outputs where the
-train step reads them back."""
+worker.py with the arm's HandOff, and both leave the arm's outputs where the train step reads
+them back."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from ampbench.results import (
     read_arm_results,
     write_json,
 )
+from ampbench.train import worker
 from ampbench.train.config import TrainConfig
 from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import TrainJobSpec
@@ -37,9 +38,9 @@ HAND_OFF_FILE = "train.json"
 
 @dataclass(frozen=True)
 class HandOff:
-    """What `ampbench train --config` reads: an arm handed to other processes (torchrun's) or
-    nodes (a TrainJob's) as one file. dataset: where they read the data set (an s3:// prefix
-    for other nodes), which config.dataset_dir, a local path, cannot say."""
+    """What worker.py (and `ampbench train --config`) reads: an arm handed to other processes
+    (torchrun's) or nodes (a TrainJob's) as one file. dataset: where they read the data set
+    (an s3:// prefix for other nodes), which config.dataset_dir, a local path, cannot say."""
 
     config: TrainConfig
     dataset: str
@@ -118,15 +119,25 @@ def train_hand_off(arm: HandOff) -> ArmResults | None:
     return results
 
 
-def torchrun(processes: int, arguments: list[str]) -> None:
-    """`ampbench train` with these arguments in `processes` local processes, through torchrun's
-    Python entry point (standalone rendezvous: one pod). A failed process ends them all; its
-    own error line is in the log above this one."""
+def results_line(results: ArmResults, output_dir: str) -> str:
+    """An arm's results in one line, as its training process ends."""
+    return (
+        f"{results.precision.requested} ({results.precision.support}): accuracy "
+        f"{results.accuracy:.4f}, {results.timing.throughput_img_s:,.1f} images/s, "
+        f"{results.timing.train_time_s:.2f} s training, {results.memory.train_peak_mb:,.1f} MB "
+        f"training peak -> {storage.join(output_dir, RESULTS_FILE)}"
+    )
+
+
+def torchrun(processes: int, hand_off: str) -> None:
+    """The worker on this hand-off in `processes` local processes, through torchrun's Python
+    entry point (standalone rendezvous: one pod). A failed process ends them all; its own
+    error line is in the log above this one."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    launcher = ["--standalone", f"--nproc-per-node={processes}", "--module", "ampbench.cli"]
-    launch = get_args_parser().parse_args([*launcher, "train", *arguments])
+    launcher = ["--standalone", f"--nproc-per-node={processes}", "--module", worker.__name__]
+    launch = get_args_parser().parse_args([*launcher, "--config", hand_off])
     log.info("torchrun: %d training processes", processes)
     try:
         run(launch)
@@ -176,7 +187,7 @@ def train_in_processes(
     between CPU processes where there is no GPU)."""
     with tempfile.TemporaryDirectory(prefix="ampbench-torchrun-") as out:
         hand_off = HandOff(config, str(config.dataset_dir), out, tracking).write(out)
-        torchrun(processes, ["--config", hand_off])
+        torchrun(processes, hand_off)
         return collect_outputs(out, results_path, model_path, requested_resources)
 
 

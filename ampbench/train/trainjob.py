@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ampbench.cluster import GPU_RESOURCE, GPU_TOLERATION, TRAIN_CPU, TRAIN_MEMORY
+from ampbench.train import worker
 
 TRAINER_VERSION = "v2.3.0"
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
@@ -101,14 +102,7 @@ def manifest(spec: TrainJobSpec) -> dict[str, Any]:
             "trainer": {
                 "image": spec.image,
                 # torchrun reads the nodes, node rank and master from the runtime's PET_* env.
-                "command": [
-                    "python",
-                    "-m",
-                    "torch.distributed.run",
-                    "--module",
-                    "ampbench.cli",
-                    "train",
-                ],
+                "command": ["python", "-m", "torch.distributed.run", "--module", worker.__name__],
                 "args": list(spec.arguments),
                 "env": _env(spec),
                 "numNodes": spec.num_nodes,
