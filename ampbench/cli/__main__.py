@@ -1,4 +1,4 @@
-"""`python -m ampbench.cli`: how torchrun's processes and a TrainJob's nodes start ampbench."""
+"""`python -m ampbench.cli`: the `ampbench` command, run as a module (under torchrun too)."""
 
 import sys
 

@@ -1,5 +1,5 @@
-"""`ampbench train`: one precision arm, by itself or as one of torchrun's processes or a
-TrainJob's nodes (those get the arm as a hand-off file, `--config`)."""
+"""`ampbench train`: one precision arm, by itself or under torchrun, from options or from an
+arm's hand-off file (`--config`, as the library's worker reads it)."""
 
 from __future__ import annotations
 
@@ -84,8 +84,7 @@ def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff
 
 
 def _train(args: argparse.Namespace) -> int:
-    # Imported here: the package imports this module to list the commands.
-    from ampbench.cli import build_parser
+    from ampbench.cli import build_parser  # which imports this module
     from ampbench.train.launch import results_line, train_hand_off
 
     arm = _hand_off(args, build_parser("train").parse_args(["train"]))

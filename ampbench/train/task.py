@@ -105,7 +105,7 @@ def trainjob_spec(placement: Placement, name: str) -> TrainJobSpec:
         name=name,
         namespace="",  # the pod's own
         image=placement.trainjob_image,
-        arguments=[],  # train_on_nodes adds `ampbench train`'s
+        arguments=[],  # train_on_nodes adds the worker's
         num_nodes=placement.num_nodes,
         gpus_per_node=placement.gpu_count,
         gpu_resource=placement.gpu_type,

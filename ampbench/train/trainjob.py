@@ -1,5 +1,5 @@
 """Training across nodes through Kubeflow Trainer v2: the TrainJob a train task creates, which
-runs `ampbench train` under torchrun on every node (trainjob_run.py creates it, waits for it
+runs the worker (worker.py) under torchrun on every node (trainjob_run.py creates it, waits for it
 and streams node 0's log).
 
 Built with the `kubernetes` client (a dependency of kfp-kubernetes already), not the Kubeflow
@@ -37,7 +37,7 @@ class TrainJobSpec:
     name: str
     namespace: str
     image: str
-    arguments: list[str]  # `ampbench train`'s
+    arguments: list[str]  # the worker's
     num_nodes: int
     gpus_per_node: int
     gpu_resource: str = GPU_RESOURCE

@@ -28,9 +28,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ampbench.train.launch import HandOff, results_line, train_hand_off
 
         arm = HandOff.read(args.config)
-        results = train_hand_off(arm)
-        if results is not None:  # rank 0 speaks for the run
-            log.info("%s", results_line(results, arm.output_dir))
+        try:
+            results = train_hand_off(arm)
+        except KeyboardInterrupt:
+            print("ampbench: interrupted", file=sys.stderr)
+            return 130
+        # Debug: under a train task the outputs are collected from a folder it then removes.
+        if results is not None:
+            log.debug("%s", results_line(results, arm.output_dir))
     return 0
 
 
