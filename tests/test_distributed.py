@@ -29,7 +29,7 @@ from k8s_standin import StandIn
 from ampbench.cluster import CONFIG_MAP_KEYS, SECRET_KEYS
 from ampbench.components.train.component import DEFAULTS
 from ampbench.components.train.component import train as train_component
-from ampbench.errors import AmpbenchError
+from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.pipelines.compile import compile_pipeline
 from ampbench.results import ArmResults, read_arm_results
 from ampbench.train import trainjob_run
@@ -352,6 +352,21 @@ def test_a_hand_off_is_all_or_nothing_of_the_command_line(tmp_path: Path) -> Non
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"ERROR: train: --config {tmp_path}/none.json: cannot be read" in done.stderr
+    # Once its arm is known, a process's error is recorded (for `ampbench run`'s last word)
+    # under the arm's step name, as the step's own error that follows it is.
+    missing = tmp_path / "no-data"
+    arm = HandOff(TrainConfig(missing, precision="bf16"), str(missing), "o", None)
+    error_file = tmp_path / "errors.txt"
+    done = subprocess.run(
+        [sys.executable, "-m", "ampbench.train.worker", "--config", arm.write(str(tmp_path))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, ERROR_FILE_ENV: str(error_file)},
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (recorded,) = read_step_errors(error_file)
+    assert recorded.startswith(f"train-bf16: {missing}: not a prepared dataset"), recorded
+    assert f"ERROR: {recorded}" in done.stderr
     (tmp_path / "other.json").write_text('{"dataset": "d", "output_dir": "o", "config": {}}')
     with pytest.raises(
         AmpbenchError, match=r"^--config \S+other.json: not an arm's hand-off .* \(no 'tracking'\)"
