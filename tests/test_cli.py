@@ -479,7 +479,7 @@ def test_run_passes_the_experiment_its_options_state() -> None:
     from ampbench.cli.pipeline_commands import _experiment, _matrix_runs
     from ampbench.experiment import Experiment, parameters
 
-    parser = build_parser("run")
+    parser = build_parser(["run"])
     (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     flags = commands.choices["run"]._option_string_actions
     for leaf in parameters():

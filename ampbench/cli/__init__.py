@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import NamedTuple
 
 from ampbench import __version__
 from ampbench.argtypes import DefaultsHelpFormatter
@@ -19,25 +20,38 @@ from ampbench.process import skip_final_collection
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Each command: its line in `ampbench --help`, and the function that adds its options and
-# handler. That function's module is imported only for the command run (submit's and upload's
-# import KFP, report's and ui's MLflow).
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": (
-        "run the whole pipeline here with the KFP local runner",
-        "pipeline_commands:add_run",
+
+class Command(NamedTuple):
+    """A command: its line in `ampbench --help`, and where the function that adds its options
+    and handler lives. That module is imported only for the command run (submit's and
+    upload's import KFP, report's and ui's MLflow)."""
+
+    help: str
+    module: str  # of this package
+    adds: str
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        getattr(importlib.import_module(f"{__name__}.{self.module}"), self.adds)(parser)
+
+
+COMMANDS: dict[str, Command] = {
+    "run": Command(
+        "run the whole pipeline here with the KFP local runner", "pipeline_commands", "add_run"
     ),
-    "compile": ("write the pipeline YAML for Kubeflow", "pipeline_commands:add_compile"),
-    "submit": ("run the pipeline on Kubeflow Pipelines", "kfp_commands:add_submit"),
-    "upload": (
+    "compile": Command("write the pipeline YAML for Kubeflow", "pipeline_commands", "add_compile"),
+    "submit": Command("run the pipeline on Kubeflow Pipelines", "kfp_commands", "add_submit"),
+    "upload": Command(
         "store the pipeline (or a new version of it) on Kubeflow Pipelines",
-        "kfp_commands:add_upload",
+        "kfp_commands",
+        "add_upload",
     ),
-    "prepare": ("run the prepare step by itself", "step_commands:add_prepare"),
-    "train": ("run the train step by itself", "train_command:add_train"),
-    "compare": ("run the compare step by itself", "step_commands:add_compare"),
-    "report": ("rebuild a pipeline run's report from MLflow alone", "mlflow_commands:add_report"),
-    "ui": ("browse the runs in the MLflow UI", "mlflow_commands:add_ui"),
+    "prepare": Command("run the prepare step by itself", "step_commands", "add_prepare"),
+    "train": Command("run the train step by itself", "train_command", "add_train"),
+    "compare": Command("run the compare step by itself", "step_commands", "add_compare"),
+    "report": Command(
+        "rebuild a pipeline run's report from MLflow alone", "mlflow_commands", "add_report"
+    ),
+    "ui": Command("browse the runs in the MLflow UI", "mlflow_commands", "add_ui"),
 }
 
 
@@ -47,10 +61,9 @@ def command_in(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line. Every command is listed; with `only` None all get their options, with
-    `only` a command's name that command alone, with any other word none (the list of
-    commands, or argparse's error naming them, needs no command's options)."""
+def build_parser(with_options: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
+    """The command line. Every command is listed; those named in `with_options` get their
+    options (the list of commands, or argparse's error naming them, needs none)."""
     parser = argparse.ArgumentParser(
         prog="ampbench",
         description="What does mixed precision buy us? AMP against FP32 training: speed, "
@@ -59,17 +72,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ampbench {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
-    for name, (line, adds) in COMMANDS.items():
-        command = commands.add_parser(name, help=line, formatter_class=DefaultsHelpFormatter)
-        if only is None or only == name:
-            module, function = adds.split(":")
-            getattr(importlib.import_module(f"{__name__}.{module}"), function)(command)
+    for name, command in COMMANDS.items():
+        command_parser = commands.add_parser(
+            name, help=command.help, formatter_class=DefaultsHelpFormatter
+        )
+        if name in with_options:
+            command.add_options(command_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     skip_final_collection()
-    parser = build_parser(only=command_in(sys.argv[1:] if argv is None else argv) or "")
+    named = command_in(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(with_options=[named] if named else [])
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

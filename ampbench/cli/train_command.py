@@ -87,7 +87,7 @@ def _train(args: argparse.Namespace) -> int:
     from ampbench.cli import build_parser  # which imports this module
     from ampbench.train.launch import results_line, train_hand_off
 
-    arm = _hand_off(args, build_parser("train").parse_args(["train"]))
+    arm = _hand_off(args, build_parser(["train"]).parse_args(["train"]))
     results = train_hand_off(arm)
     if results is None:  # under torchrun, rank 0 speaks for the run
         return 0
