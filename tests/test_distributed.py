@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -260,8 +261,11 @@ def test_a_failed_training_process_is_one_line(
     synthetic_dataset: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = TrainConfig(synthetic_dataset, precision="fp32", model="small-cnn", batch_size=600)
+    handlers = [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)]
     with pytest.raises(AmpbenchError) as raised:
         train_in_processes(config, WORLD, tmp_path / "results", tmp_path / "model", None)
+    # torchrun's agent replaces them; a Ctrl-C after it would be its exception, not ours.
+    assert [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)] == handlers
     # Whichever process stopped first.
     assert re.fullmatch(
         r"torchrun: training process [01] of 2 failed \(exit code 1\); its error is in the log "
@@ -271,6 +275,42 @@ def test_a_failed_training_process_is_one_line(
     # Each process's own one-line reason: 2 x 600 images a step, from 1,000.
     expected = "--batch-size 600 x 2 processes (a global batch of 1,200): larger than the 1,000"
     assert expected in capfd.readouterr().err
+
+
+def test_ctrl_c_stops_the_training_processes_as_an_interruption(
+    synthetic_dataset: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-C to the process that started torchrun (a train task) stops the training
+    processes and reaches it as a KeyboardInterrupt, which ampbench reports in one line, not
+    as torchrun's own SignalException."""
+    checkpoints = tmp_path / "checkpoints"
+    config = TrainConfig(
+        synthetic_dataset, precision="fp32", model=MODEL, epochs=20, subset=SUBSET,
+        batch_size=GLOBAL_BATCH // WORLD, device="cpu", checkpoint_dir=str(checkpoints),
+        checkpoint_every=1,
+    )  # fmt: skip
+    script = (
+        "import sys\n"
+        "from ampbench.train.launch import train_in_processes\n"
+        f"from ampbench.train.config import TrainConfig\nfrom pathlib import PosixPath\n"
+        "try:\n"
+        f"    train_in_processes({config!r}, {WORLD}, PosixPath('r'), PosixPath('m'), None)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit('interrupted')\n"
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not list(checkpoints.glob("*")):  # training, inside the loop
+        assert job.poll() is None and time.monotonic() < deadline, "no checkpoint came"
+        time.sleep(0.2)
+    ranks = psutil.Process(job.pid).children(recursive=True)
+    job.send_signal(signal.SIGINT)  # to the launcher alone
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 1 and err.endswith("interrupted\n"), err[-3000:]
+    assert "SignalException" not in err
+    assert not any(rank.is_running() and rank.status() != "zombie" for rank in ranks)
 
 
 def test_the_hand_off_to_other_processes_says_what_the_config_says(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,12 +134,15 @@ def torchrun(processes: int, hand_off: str) -> None:
     """The worker on this hand-off in `processes` local processes, through torchrun's Python
     entry point (standalone rendezvous: one pod). A failed process ends them all; its own
     error line is in the log above this one."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
     launcher = ["--standalone", f"--nproc-per-node={processes}", "--module", worker.__name__]
     launch = get_args_parser().parse_args([*launcher, "--config", hand_off])
     log.info("torchrun: %d training processes", processes)
+    # torchrun's agent leaves its own SIGINT and SIGTERM handlers installed when it returns.
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         run(launch)
     except ChildFailedError as error:
@@ -147,6 +151,14 @@ def torchrun(processes: int, hand_off: str) -> None:
             f"torchrun: training process {rank} of {processes} failed (exit code "
             f"{failure.exitcode}); its error is in the log above"
         ) from None
+    except SignalException as error:
+        # The processes are stopped; Ctrl-C ends this one as it ends any ampbench command.
+        if error.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise SystemExit(128 + error.sigval) from None
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def collect_outputs(
