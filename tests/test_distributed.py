@@ -261,11 +261,12 @@ def test_a_failed_training_process_is_one_line(
     synthetic_dataset: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = TrainConfig(synthetic_dataset, precision="fp32", model="small-cnn", batch_size=600)
-    handlers = [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)]
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    handlers = [signal.getsignal(signum) for signum in handled]
     with pytest.raises(AmpbenchError) as raised:
         train_in_processes(config, WORLD, tmp_path / "results", tmp_path / "model", None)
     # torchrun's agent replaces them; a Ctrl-C after it would be its exception, not ours.
-    assert [signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)] == handlers
+    assert [signal.getsignal(signum) for signum in handled] == handlers
     # Whichever process stopped first.
     assert re.fullmatch(
         r"torchrun: training process [01] of 2 failed \(exit code 1\); its error is in the log "

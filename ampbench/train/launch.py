@@ -141,8 +141,10 @@ def torchrun(processes: int, hand_off: str) -> None:
     launcher = ["--standalone", f"--nproc-per-node={processes}", "--module", worker.__name__]
     launch = get_args_parser().parse_args([*launcher, "--config", hand_off])
     log.info("torchrun: %d training processes", processes)
-    # torchrun's agent leaves its own SIGINT and SIGTERM handlers installed when it returns.
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    # torchrun's agent leaves its handlers of these (its TORCHELASTIC_SIGNALS_TO_HANDLE)
+    # installed when it returns.
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    handlers = {signum: signal.getsignal(signum) for signum in handled}
     try:
         run(launch)
     except ChildFailedError as error:
