@@ -301,7 +301,12 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
         sockets = listening_sockets(port)
         assert sockets, f"nothing listens on port {port}"
         ui.send_signal(stop_signal)  # to the command alone, as a service manager would
-        ui.wait(timeout=30)
+        try:
+            ui.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(ui.pid, signal.SIGKILL)
+            output = ui.communicate()[0][-3000:]
+            raise AssertionError(f"{stop_signal.name} left the command running: {output}") from None
         assert process_group_members(server_group) == [], "the server outlived the command"
         # Its listening socket is closed (whatever may listen on the port now is not it).
         assert not sockets & listening_sockets(port)
