@@ -263,13 +263,18 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     started: list[subprocess.Popen[str]] = []  # every try's command, to clean up after
 
+    def default_sigint() -> None:
+        # As a terminal starts it: a suite started in the background without job control
+        # (nohup, `cmd &` in a script) passes SIGINT ignored, and Python keeps it ignored.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     def start() -> tuple[subprocess.Popen[str], int]:
         port = free_port()
         ui = subprocess.Popen(
             [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port), "--experiment",
              "mine"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=default_sigint,
         )  # fmt: skip
         started.append(ui)
         wait_until_healthy(ui, port)
@@ -304,8 +309,9 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
         try:
             ui.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(ui.pid, signal.SIGKILL)
-            output = ui.communicate()[0][-3000:]
+            for group in (ui.pid, server_group):  # the server holds the output pipe too
+                os.killpg(group, signal.SIGKILL)
+            output = ui.communicate(timeout=30)[0][-3000:]
             raise AssertionError(f"{stop_signal.name} left the command running: {output}") from None
         assert process_group_members(server_group) == [], "the server outlived the command"
         # Its listening socket is closed (whatever may listen on the port now is not it).
