@@ -160,7 +160,9 @@ def torchrun(processes: int, hand_off: str) -> None:
         raise SystemExit(128 + error.sigval) from None
     finally:
         for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+            # Off the main thread the agent could not change them, nor could this.
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
 
 
 def collect_outputs(
