@@ -133,10 +133,8 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
             task = pipeline(**arguments)
         except RuntimeError as error:
             messages = read_step_errors(error_file)
-            # The first is the cause: the steps run one at a time, and a training process's
-            # error precedes its step's ("process 1 of 2 failed").
             if messages:
-                raise AmpbenchError(messages[0]) from None
+                raise AmpbenchError(messages[-1]) from None
             raise AmpbenchError(
                 f"the pipeline failed ({error}); the step's full log is in {run_log}"
             ) from None

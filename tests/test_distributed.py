@@ -8,6 +8,7 @@ that a rank can be killed mid-run on any CPU, which changes no figure but the ti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -267,23 +268,33 @@ def test_a_failed_training_process_is_one_line(
         train_in_processes(config, WORLD, tmp_path / "results", tmp_path / "model", None)
     # torchrun's agent replaces them; a Ctrl-C after it would be its exception, not ours.
     assert [signal.getsignal(signum) for signum in handled] == handlers
-    # Whichever process stopped first.
+    # Whichever process stopped first, with the processes' own one-line reason: 2 x 600
+    # images a step, from 1,000.
+    expected = "--batch-size 600 x 2 processes (a global batch of 1,200): larger than the 1,000"
     assert re.fullmatch(
-        r"torchrun: training process [01] of 2 failed \(exit code 1\); its error is in the log "
-        r"above",
+        r"torchrun: training process [01] of 2 failed \(exit code 1\): \S+: "
+        + re.escape(expected)
+        + ".*",
         str(raised.value),
     )
-    # Each process's own one-line reason: 2 x 600 images a step, from 1,000.
-    expected = "--batch-size 600 x 2 processes (a global batch of 1,200): larger than the 1,000"
     assert expected in capfd.readouterr().err
 
 
-def test_ctrl_c_stops_the_training_processes_as_an_interruption(
-    synthetic_dataset: Path, env: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize(
+    ("stop_signal", "returncode", "last_line"),
+    [(signal.SIGINT, 1, "interrupted"), (signal.SIGTERM, 128 + signal.SIGTERM, "")],
+)
+def test_a_signal_stops_the_training_processes_and_the_launcher_in_its_own_way(
+    synthetic_dataset: Path,
+    env: dict[str, str],
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+    returncode: int,
+    last_line: str,
 ) -> None:
-    """Ctrl-C to the process that started torchrun (a train task) stops the training
-    processes and reaches it as a KeyboardInterrupt, which ampbench reports in one line, not
-    as torchrun's own SignalException."""
+    """A signal to the process that started torchrun (a train task) stops the training
+    processes and reaches it as ampbench's own ending (Ctrl-C: KeyboardInterrupt, reported in
+    one line; SIGTERM: exit status 143), never as torchrun's SignalException."""
     checkpoints = tmp_path / "checkpoints"
     config = TrainConfig(
         synthetic_dataset, precision="fp32", model=MODEL, epochs=20, subset=SUBSET,
@@ -293,25 +304,42 @@ def test_ctrl_c_stops_the_training_processes_as_an_interruption(
     script = (
         "import sys\n"
         "from ampbench.train.launch import train_in_processes\n"
-        f"from ampbench.train.config import TrainConfig\nfrom pathlib import PosixPath\n"
+        "from ampbench.train.config import TrainConfig\nfrom pathlib import PosixPath\n"
         "try:\n"
         f"    train_in_processes({config!r}, {WORLD}, PosixPath('r'), PosixPath('m'), None)\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit('interrupted')\n"
     )
     job = subprocess.Popen(
-        [sys.executable, "-c", script], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 120
-    while not list(checkpoints.glob("*")):  # training, inside the loop
-        assert job.poll() is None and time.monotonic() < deadline, "no checkpoint came"
-        time.sleep(0.2)
-    ranks = psutil.Process(job.pid).children(recursive=True)
-    job.send_signal(signal.SIGINT)  # to the launcher alone
-    _, err = job.communicate(timeout=60)
-    assert job.returncode == 1 and err.endswith("interrupted\n"), err[-3000:]
-    assert "SignalException" not in err
-    assert not any(rank.is_running() and rank.status() != "zombie" for rank in ranks)
+        [sys.executable, "-c", script],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    output = ChildOutput(job)
+    ranks: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not list(checkpoints.glob("*")):  # training, inside the loop
+            assert job.poll() is None and time.monotonic() < deadline, output.text()
+            time.sleep(0.2)
+        ranks = psutil.Process(job.pid).children(recursive=True)
+        assert len(ranks) == WORLD, ranks
+        job.send_signal(stop_signal)  # to the launcher alone
+        job.wait(timeout=60)
+        text = output.rest()
+        assert job.returncode == returncode, text[-3000:]
+        if last_line:
+            assert text.splitlines()[-1] == last_line, text[-3000:]
+        assert "SignalException" not in text and "Traceback" not in text, text[-3000:]
+        _, alive = psutil.wait_procs(ranks, timeout=10)
+        assert not alive, alive
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):  # a launcher already reaped
+            ranks = ranks or psutil.Process(job.pid).children(recursive=True)
+        for rank in ranks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                rank.kill()
+        job.kill()
+        job.wait()
 
 
 def test_the_hand_off_to_other_processes_says_what_the_config_says(tmp_path: Path) -> None:

@@ -9,16 +9,18 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ampbench import storage
 from ampbench.cluster import CHECKPOINT_URI_ENV
-from ampbench.errors import AmpbenchError
+from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
 from ampbench.results import (
     RESULTS_FILE,
@@ -130,39 +132,66 @@ def results_line(results: ArmResults, output_dir: str) -> str:
     )
 
 
+# The signals torchrun's agent handles while it runs, leaving its handlers installed after.
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 def torchrun(processes: int, hand_off: str) -> None:
     """The worker on this hand-off in `processes` local processes, through torchrun's Python
-    entry point (standalone rendezvous: one pod). A failed process ends them all; its own
-    error line is in the log above this one."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+    entry point (standalone rendezvous: one pod). A failed process ends them all, and this
+    call in one line with the processes' first error; a signal ends them too, and this call as
+    KeyboardInterrupt (SIGINT) or exit status 128+N (the others)."""
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
-    launcher = ["--standalone", f"--nproc-per-node={processes}", "--module", worker.__name__]
-    launch = get_args_parser().parse_args([*launcher, "--config", hand_off])
+    handled = ",".join(signum.name for signum in HANDLED_SIGNALS)
+    launcher = ["--standalone", f"--nproc-per-node={processes}", f"--signals-to-handle={handled}"]
+    launch = get_args_parser().parse_args(
+        [*launcher, "--module", worker.__name__, "--config", hand_off]
+    )
     log.info("torchrun: %d training processes", processes)
-    # torchrun's agent leaves its handlers of these (its TORCHELASTIC_SIGNALS_TO_HANDLE)
-    # installed when it returns.
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    handlers = {signum: signal.getsignal(signum) for signum in handled}
+    handlers = {signum: signal.getsignal(signum) for signum in HANDLED_SIGNALS}
+    with tempfile.TemporaryDirectory(prefix="ampbench-torchrun-") as tmp:
+        errors = Path(tmp) / "errors"
+        try:
+            with _process_errors_in(errors):
+                run(launch)
+        except ChildFailedError as error:
+            rank, failure = error.get_first_failure()
+            # Each a step's "name: message" line (worker.py); the message says it.
+            reasons = [line.split(": ", 1)[-1] for line in read_step_errors(errors)]
+            raise AmpbenchError(
+                f"torchrun: training process {rank} of {processes} failed (exit code "
+                f"{failure.exitcode})"
+                + (f": {reasons[0]}" if reasons else "; its error is in the log above")
+            ) from None
+        except SignalException as error:
+            # The processes are stopped; Ctrl-C ends this one as it ends any ampbench command.
+            if error.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            raise SystemExit(128 + error.sigval) from None
+        finally:
+            for signum, handler in handlers.items():
+                # None: not set from Python. Off the main thread the agent could not change
+                # them, nor could this.
+                if handler is not None and signal.getsignal(signum) is not handler:
+                    signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _process_errors_in(path: Path) -> Iterator[None]:
+    """The training processes record their one-line errors here, not where the step records
+    its own: the step's error, made of theirs, is the one to report."""
+    previous = os.environ.get(ERROR_FILE_ENV)
+    os.environ[ERROR_FILE_ENV] = str(path)
     try:
-        run(launch)
-    except ChildFailedError as error:
-        rank, failure = error.get_first_failure()
-        raise AmpbenchError(
-            f"torchrun: training process {rank} of {processes} failed (exit code "
-            f"{failure.exitcode}); its error is in the log above"
-        ) from None
-    except SignalException as error:
-        # The processes are stopped; Ctrl-C ends this one as it ends any ampbench command.
-        if error.sigval == signal.SIGINT:
-            raise KeyboardInterrupt from None
-        raise SystemExit(128 + error.sigval) from None
+        yield
     finally:
-        for signum, handler in handlers.items():
-            # Off the main thread the agent could not change them, nor could this.
-            if signal.getsignal(signum) is not handler:
-                signal.signal(signum, handler)
+        if previous is None:
+            del os.environ[ERROR_FILE_ENV]
+        else:
+            os.environ[ERROR_FILE_ENV] = previous
 
 
 def collect_outputs(

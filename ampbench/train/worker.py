@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ampbench.train.launch import HandOff, results_line, train_hand_off
 
         arm = HandOff.read(args.config)
-    # Named as the arm's train step names itself, whose own error (a process failed) follows.
+    # Its error line named as the arm's train step names its own.
     with reported_as_step(f"train-{arm.config.precision}"):
         try:
             results = train_hand_off(arm)
