@@ -263,19 +263,20 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     started: list[subprocess.Popen[str]] = []  # every try's command, to clean up after
 
-    def default_sigint() -> None:
-        # As a terminal starts it: a suite started in the background without job control
-        # (nohup, `cmd &` in a script) passes SIGINT ignored, and Python keeps it ignored.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
     def start() -> tuple[subprocess.Popen[str], int]:
         port = free_port()
-        ui = subprocess.Popen(
-            [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port), "--experiment",
-             "mine"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True, preexec_fn=default_sigint,
-        )  # fmt: skip
+        # SIGINT at its default, as a terminal starts a command: a suite started in the
+        # background without job control passes it ignored, and Python keeps it ignored.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            ui = subprocess.Popen(
+                [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port),
+                 "--experiment", "mine"],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                start_new_session=True,
+            )  # fmt: skip
+        finally:
+            signal.signal(signal.SIGINT, previous)
         started.append(ui)
         wait_until_healthy(ui, port)
         return ui, port
@@ -310,7 +311,8 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
             ui.wait(timeout=30)
         except subprocess.TimeoutExpired:
             for group in (ui.pid, server_group):  # the server holds the output pipe too
-                os.killpg(group, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
             output = ui.communicate(timeout=30)[0][-3000:]
             raise AssertionError(f"{stop_signal.name} left the command running: {output}") from None
         assert process_group_members(server_group) == [], "the server outlived the command"

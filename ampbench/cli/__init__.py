@@ -28,10 +28,10 @@ class Command(NamedTuple):
 
     help: str
     module: str  # of this package
-    adds: str
+    function: str
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
-        getattr(importlib.import_module(f"{__name__}.{self.module}"), self.adds)(parser)
+        getattr(importlib.import_module(f"{__name__}.{self.module}"), self.function)(parser)
 
 
 COMMANDS: dict[str, Command] = {
