@@ -15,6 +15,12 @@ MODELS = ("resnet18", "resnet18-imagenet", "small-cnn", "vit-s")
 # first (no compression) is the default.
 GRAD_COMM = ("fp32", "bf16", "fp16")
 
+
+def train_step_name(precision: str) -> str:
+    """What an arm's train step and its training processes call themselves in error lines."""
+    return f"train-{precision}"
+
+
 __all__ = [
     "AMP_PRECISION",
     "BASELINE_PRECISION",
@@ -23,4 +29,5 @@ __all__ = [
     "GRAD_COMM",
     "MODELS",
     "PRECISIONS",
+    "train_step_name",
 ]

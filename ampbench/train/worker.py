@@ -25,11 +25,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with reported_as_step("train"):
         setup_logging(args.verbose)
+        from ampbench.train import train_step_name
         from ampbench.train.launch import HandOff, results_line, train_hand_off
 
         arm = HandOff.read(args.config)
-    # Its error line named as the arm's train step names its own.
-    with reported_as_step(f"train-{arm.config.precision}"):
+    with reported_as_step(train_step_name(arm.config.precision)):
         try:
             results = train_hand_off(arm)
         except KeyboardInterrupt:

@@ -86,11 +86,12 @@ def train(
     from pathlib import Path
 
     from ampbench.errors import reported_as_step
+    from ampbench.train import train_step_name
     from ampbench.train.config import TrainConfig
     from ampbench.train.task import Placement, run_train_task
     from ampbench.train.tracker import TrackingOptions, summary
 
-    with reported_as_step(f"train-{precision}"):
+    with reported_as_step(train_step_name(precision)):
         config = TrainConfig(
             dataset_dir=Path(dataset.path),
             precision=precision,
