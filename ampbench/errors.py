@@ -38,7 +38,8 @@ def read_step_errors(error_file: Path) -> list[str]:
 
 @contextmanager
 def reported_as_step(step: str) -> Iterator[None]:
-    """Inside a pipeline step: an AmpbenchError becomes one log line and exit status 1.
+    """Inside a pipeline step: an AmpbenchError becomes one log line and exit status 1, an
+    interruption one line and 130.
 
     KFP would otherwise print a traceback for what is the user's input error. The step's
     process, which ends after it, skips the final garbage collections (skip_final_collection).
@@ -52,3 +53,7 @@ def reported_as_step(step: str) -> Iterator[None]:
         print(f"ERROR: {step}: {error}", file=sys.stderr, flush=True)
         record_step_error(step, str(error))
         raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        # Ctrl-C, or a signal that stopped torchrun's processes: nothing for the user to fix.
+        print(f"{step}: interrupted", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None

@@ -557,3 +557,16 @@ def test_train_has_an_option_per_training_setting_and_reads_them_all() -> None:
     assert arm.config == TrainConfig(Path("/data"), precision="bf16", **stated)
     assert (arm.dataset, arm.output_dir) == ("/data", "/out")
     assert arm.tracking == TrackingOptions("e", "r", "m")
+
+
+def test_an_interrupted_step_ends_in_one_line_and_records_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ampbench.errors import ERROR_FILE_ENV, reported_as_step
+
+    monkeypatch.setenv(ERROR_FILE_ENV, str(tmp_path / "errors"))
+    with pytest.raises(SystemExit) as ended, reported_as_step("train-fp16"):
+        raise KeyboardInterrupt
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "train-fp16: interrupted\n"
+    assert not (tmp_path / "errors").exists()  # not the user's error, for `run` to repeat

@@ -30,11 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         arm = HandOff.read(args.config)
     with reported_as_step(train_step_name(arm.config.precision)):
-        try:
-            results = train_hand_off(arm)
-        except KeyboardInterrupt:
-            print("ampbench: interrupted", file=sys.stderr)
-            return 130
+        results = train_hand_off(arm)
         # Debug: under a train task the outputs are collected from a folder it then removes.
         if results is not None:
             log.debug("%s", results_line(results, arm.output_dir))
