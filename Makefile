@@ -20,7 +20,7 @@ PY := 3.12
 OUT := dist/gpu-bundle
 
 .DEFAULT_GOAL := help
-.PHONY: help run test fuzz mutation lint format compile bench gpu-bundle gpu-check image image-check services clean
+.PHONY: help run test fuzz mutation lint typecheck format compile bench gpu-bundle gpu-check image image-check services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ lint: ## ruff, the import layers (import-linter), and the offline Dockerfile and
 	BIN=$(abspath $(BIN)) scripts/lint-imports.sh
 	TOOLS_VENV=$(TOOLS_VENV) scripts/validate-deploy.sh
 
+typecheck: $(STAMP) ## mypy over the library, the steps and the DAG (not in `make test`: ~20 s)
+	$(BIN)/mypy
+
 services: ## Install Ceph's RADOS Gateway for the S3 tests, if missing (needs root)
 	@scripts/install-test-services.sh
 
@@ -83,4 +86,4 @@ image-check: ## Build the image with buildah on a stand-in base and run the step
 	PYTHON=$(PYTHON) scripts/image-check.sh $(ARGS)
 
 clean: ## Remove run outputs and caches (keeps the venvs)
-	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache ampbench-pipeline.yaml gpu-check/ dist/gpu-bundle/
+	rm -rf runs/ mlflow.db mlruns/ .pytest_cache .ruff_cache .mypy_cache ampbench-pipeline.yaml gpu-check/ dist/gpu-bundle/

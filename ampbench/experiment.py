@@ -137,7 +137,7 @@ class Experiment:
             raise AmpbenchError(f"not pipeline parameters: {', '.join(sorted(unknown))}")
         sections: dict[str, Any] = {}
         for section in fields(cls):
-            kind = section.default_factory  # the section's class
+            kind: Any = section.default_factory  # the section's class
             given = {leaf.name: values[leaf.name] for leaf in fields(kind) if leaf.name in values}
             sections[section.name] = kind(**given)
         return cls(**sections)
@@ -158,7 +158,7 @@ def section_values(section: object) -> dict[str, Any]:
 def _leaves() -> Iterator[tuple[str, Field[Any]]]:
     """(section name, leaf) of every leaf, in the tree's order."""
     for section in fields(Experiment):
-        yield from ((section.name, leaf) for leaf in fields(section.default_factory))
+        yield from ((section.name, leaf) for leaf in fields(section.default_factory))  # type: ignore[arg-type]
 
 
 def parameters() -> list[Parameter]:

@@ -51,7 +51,7 @@ def described(cls: type) -> list[Setting]:
 
 
 def _default(each: Field[Any]) -> Any:
-    return each.default_factory() if each.default is MISSING else each.default  # type: ignore[misc]
+    return each.default_factory() if each.default is MISSING else each.default  # type: ignore[misc,operator]
 
 
 def _option_metadata(each: Field[Any]) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def pair(
             "speedup": list(speedups),
             "end_to_end_ratio": list(end_to_end),
             "memory_ratio": list(memory) if memory else [None] * len(arm),
-            "accuracy_delta_pp": deltas,
+            "accuracy_delta_pp": list(deltas),
         },
         note=note,
     )

@@ -257,17 +257,17 @@ def _files_by_split_and_class(
                 classes.setdefault(rest, [])
         per_split[split] = classes
     for name, data in files:
-        split = next((s for s, p in layout.items() if p and name.startswith(p)), None)
-        if split is None and "all" in layout:
-            split = "all"
-        rest = name[len(layout[split]) :] if split else name
-        if split is None or "/" not in rest:
+        file_split = next((s for s, p in layout.items() if p and name.startswith(p)), None)
+        if file_split is None and "all" in layout:
+            file_split = "all"
+        rest = name[len(layout[file_split]) :] if file_split else name
+        if file_split is None or "/" not in rest:
             skipped["files_outside_class_folders"] += 1
             continue
         if _suffix(name) not in IMAGE_EXTENSIONS:
             skipped["non_image_files"] += 1
             continue
-        per_split[split].setdefault(rest.split("/", 1)[0], []).append((name, data))
+        per_split[file_split].setdefault(rest.split("/", 1)[0], []).append((name, data))
     return per_split
 
 

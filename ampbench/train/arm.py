@@ -112,7 +112,7 @@ class ArmSetup:
         config = self.config
         self.model = build_model(
             config.model, len(self.metadata["classes"]), self.train_data.image_shape
-        ).to(self.device, memory_format=torch.channels_last)
+        ).to(self.device, memory_format=torch.channels_last)  # type: ignore[call-overload]
         if self.precision.fp8_recipe is not None:
             # Before the optimizer is made: torchao swaps nn.Linear for Float8Linear in place,
             # keeping the parameter objects.

@@ -39,7 +39,7 @@ def checkpoint_name(global_step: int) -> str:
 
 
 def rng_states() -> dict[str, Any]:
-    numpy_state = np.random.get_state()
+    numpy_state: tuple[Any, ...] = np.random.get_state(legacy=True)  # type: ignore[assignment]
     version, internal, gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),
@@ -98,11 +98,11 @@ def save(directory: str, global_step: int, state: dict[str, Any], keep: int) -> 
             storage.upload(local, target)
     else:
         Path(directory).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".partial-", delete=False) as tmp:
-            torch.save(state, tmp)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp.name, target)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".partial-", delete=False) as part:
+            torch.save(state, part)
+            part.flush()
+            os.fsync(part.fileno())
+        os.replace(part.name, target)
     for old in names(directory)[:-keep]:
         storage.remove(storage.join(directory, old))
     return target

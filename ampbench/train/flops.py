@@ -54,7 +54,7 @@ def _cpu_attention_formulas() -> dict[object, Callable[..., int]]:
     ViT trained on a CPU would count as nothing. Where a torch knows that kernel, its own
     entry stays."""
     aten = torch.ops.aten
-    kernels = {
+    kernels: dict[str, Callable[..., int]] = {
         "_scaled_dot_product_flash_attention_for_cpu": _attention_flops,
         "_scaled_dot_product_flash_attention_for_cpu_backward": _attention_backward_flops,
     }

@@ -78,7 +78,7 @@ def _describe(skipped: list[tuple[str, nn.Linear]]) -> str:
 
 def _convertible_linears(
     model: nn.Module, precision: str, name: str
-) -> list[tuple[str, nn.Module]]:
+) -> list[tuple[str, nn.Linear]]:
     """The model's Linear layers whose forward runs, by name; refused where there are none or
     the model is a bare Linear."""
     linears = [
@@ -135,7 +135,7 @@ def convert_for_fp8(
         picks = float8._auto_filter_for_recipe(recipe, filter_fqns=[])
     else:
 
-        def picks(module: nn.Module, fqn: str) -> bool:
+        def picks(module: nn.Linear, fqn: str) -> bool:
             out_features, in_features = module.weight.shape
             return in_features % 16 == 0 and out_features % 16 == 0
 

@@ -86,7 +86,7 @@ class Trainer(ArmSetup):
         # Under torchrun: DDP, its gradient all-reduce in the arm's grad_comm precision.
         model = distributed.wrap(self.model, self.device, self.config.grad_comm)
         if self.config.compile:
-            model = torch.compile(model, dynamic=False)
+            model = torch.compile(model, dynamic=False)  # type: ignore[assignment]
         self.run_step = StepRunner(lambda inputs: self.train_step(model, inputs))
         return model
 

@@ -147,4 +147,4 @@ class MemoryMeter:
             f.name for f in dataclasses.fields(memory) if isinstance(getattr(memory, f.name), float)
         ]
         peaks = distributed.max_over_ranks([getattr(memory, name) for name in names], self.device)
-        return dataclasses.replace(memory, **dict(zip(names, peaks, strict=True)))
+        return dataclasses.replace(memory, **dict(zip(names, peaks, strict=True)))  # type: ignore[arg-type]

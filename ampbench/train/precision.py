@@ -268,8 +268,10 @@ def _set_tf32(allowed: bool) -> None:
 
 def _check_tf32(allowed: bool) -> None:
     """Read back through both APIs; a legacy read raises where the two disagree."""
-    seen = {name: s.fp32_precision for name, s in _fp32_precision_switches().items()}
-    expected = {name: "tf32" if allowed else "ieee" for name in seen}
+    seen: dict[str, object] = {
+        name: s.fp32_precision for name, s in _fp32_precision_switches().items()
+    }
+    expected: dict[str, object] = {name: "tf32" if allowed else "ieee" for name in seen}
     try:
         seen["cuda.matmul.allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
         seen["cudnn.allow_tf32"] = torch.backends.cudnn.allow_tf32

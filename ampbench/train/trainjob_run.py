@@ -197,7 +197,9 @@ class TrainJobRun:
             wait=tenacity.wait_fixed(self.poll_s if wait_s is None else wait_s),
             sleep=self.sleep,
             before_sleep=lambda state: log.warning(
-                "%s: %s; trying again", what, _reason(state.outcome.exception())
+                "%s: %s; trying again",
+                what,
+                _reason(state.outcome.exception()),  # type: ignore[union-attr]  # set once tried
             ),
             reraise=True,
         )
