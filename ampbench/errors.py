@@ -30,6 +30,11 @@ def record_step_error(step: str, message: str) -> None:
             f.write(f"{step}: {message}\n")
 
 
+def step_error_message(line: str) -> str:
+    """A recorded error's message, without the step name record_step_error put before it."""
+    return line.split(": ", 1)[-1]
+
+
 def read_step_errors(error_file: Path) -> list[str]:
     if not error_file.exists():
         return []

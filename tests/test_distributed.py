@@ -36,7 +36,7 @@ from ampbench.pipelines.compile import compile_pipeline
 from ampbench.results import ArmResults, read_arm_results
 from ampbench.train import trainjob_run
 from ampbench.train.config import TrainConfig
-from ampbench.train.launch import HandOff, train_in_processes, train_on_nodes
+from ampbench.train.launch import HANDLED_SIGNALS, HandOff, train_in_processes, train_on_nodes
 from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import TrainJobSpec, manifest
 from ampbench.train.trainjob_run import CREATION_MARK
@@ -262,12 +262,11 @@ def test_a_failed_training_process_is_one_line(
     synthetic_dataset: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = TrainConfig(synthetic_dataset, precision="fp32", model="small-cnn", batch_size=600)
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-    handlers = [signal.getsignal(signum) for signum in handled]
+    handlers = [signal.getsignal(signum) for signum in HANDLED_SIGNALS]
     with pytest.raises(AmpbenchError) as raised:
         train_in_processes(config, WORLD, tmp_path / "results", tmp_path / "model", None)
     # torchrun's agent replaces them; a Ctrl-C after it would be its exception, not ours.
-    assert [signal.getsignal(signum) for signum in handled] == handlers
+    assert [signal.getsignal(signum) for signum in HANDLED_SIGNALS] == handlers
     # Whichever process stopped first, with the processes' own one-line reason: 2 x 600
     # images a step, from 1,000.
     expected = "--batch-size 600 x 2 processes (a global batch of 1,200): larger than the 1,000"
@@ -282,7 +281,7 @@ def test_a_failed_training_process_is_one_line(
 
 @pytest.mark.parametrize(
     ("stop_signal", "returncode", "last_line"),
-    [(signal.SIGINT, 1, "interrupted"), (signal.SIGTERM, 128 + signal.SIGTERM, "")],
+    [(signal.SIGINT, 130, "train-fp32: interrupted"), (signal.SIGTERM, 128 + signal.SIGTERM, "")],
 )
 def test_a_signal_stops_the_training_processes_and_the_launcher_in_its_own_way(
     synthetic_dataset: Path,
@@ -292,9 +291,9 @@ def test_a_signal_stops_the_training_processes_and_the_launcher_in_its_own_way(
     returncode: int,
     last_line: str,
 ) -> None:
-    """A signal to the process that started torchrun (a train task) stops the training
-    processes and reaches it as ampbench's own ending (Ctrl-C: KeyboardInterrupt, reported in
-    one line; SIGTERM: exit status 143), never as torchrun's SignalException."""
+    """A signal to the process that started torchrun (a train task, as the component runs it)
+    stops the training processes and ends it as ampbench's own ending (Ctrl-C: one line and
+    130; SIGTERM: exit status 143), never as torchrun's SignalException."""
     checkpoints = tmp_path / "checkpoints"
     config = TrainConfig(
         synthetic_dataset, precision="fp32", model=MODEL, epochs=20, subset=SUBSET,
@@ -302,13 +301,11 @@ def test_a_signal_stops_the_training_processes_and_the_launcher_in_its_own_way(
         checkpoint_every=1,
     )  # fmt: skip
     script = (
-        "import sys\n"
+        "from ampbench.errors import reported_as_step\n"
         "from ampbench.train.launch import train_in_processes\n"
         "from ampbench.train.config import TrainConfig\nfrom pathlib import PosixPath\n"
-        "try:\n"
+        "with reported_as_step('train-fp32'):\n"
         f"    train_in_processes({config!r}, {WORLD}, PosixPath('r'), PosixPath('m'), None)\n"
-        "except KeyboardInterrupt:\n"
-        "    sys.exit('interrupted')\n"
     )
     job = subprocess.Popen(
         [sys.executable, "-c", script],
@@ -421,8 +418,8 @@ def test_a_hand_off_is_all_or_nothing_of_the_command_line(tmp_path: Path) -> Non
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"ERROR: train: --config {tmp_path}/none.json: cannot be read" in done.stderr
-    # Once its arm is known, a process's error is recorded (for `ampbench run`'s last word)
-    # under the arm's step name, as the step's own error that follows it is.
+    # Once its arm is known, a process's error is recorded under the arm's step name (where
+    # torchrun's launcher reads it back into the train step's own error).
     missing = tmp_path / "no-data"
     arm = HandOff(TrainConfig(missing, precision="bf16"), str(missing), "o", None)
     error_file = tmp_path / "errors.txt"

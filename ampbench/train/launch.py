@@ -20,7 +20,7 @@ from typing import Any
 
 from ampbench import storage
 from ampbench.cluster import CHECKPOINT_URI_ENV
-from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
+from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors, step_error_message
 from ampbench.logs import log
 from ampbench.results import (
     RESULTS_FILE,
@@ -159,8 +159,7 @@ def torchrun(processes: int, hand_off: str) -> None:
                 run(launch)
         except ChildFailedError as error:
             rank, failure = error.get_first_failure()
-            # Each a step's "name: message" line (worker.py); the message says it.
-            reasons = [line.split(": ", 1)[-1] for line in read_step_errors(errors)]
+            reasons = [step_error_message(line) for line in read_step_errors(errors)]
             raise AmpbenchError(
                 f"torchrun: training process {rank} of {processes} failed (exit code "
                 f"{failure.exitcode})"
