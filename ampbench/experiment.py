@@ -54,6 +54,9 @@ class TrainingSettings:
     allow_emulated: bool = same_as(TrainConfig, "allow_emulated")
     cuda_graphs: bool = same_as(TrainConfig, "cuda_graphs")
     grad_comm: str = same_as(TrainConfig, "grad_comm")
+    compile: bool = same_as(TrainConfig, "compile")
+    deterministic: bool = same_as(TrainConfig, "deterministic")
+    label_smoothing: float = same_as(TrainConfig, "label_smoothing")
     # A pipeline's tasks checkpoint every 200 steps where a directory is given; a bare
     # `ampbench train` only when asked.
     checkpoint_dir: str = same_as(TrainConfig, "checkpoint_dir", default="")
@@ -142,6 +145,15 @@ class Experiment:
             sections[section.name] = kind(**given)
         return cls(**sections)
 
+    @classmethod
+    def from_inputs(cls, inputs: Mapping[str, Any], **renamed: Any) -> Experiment:
+        """The experiment a pipeline step's inputs state: each input named as a leaf, and
+        `renamed`, the leaves the step takes under another name (its other inputs ignored)."""
+        names = {leaf.name for _, leaf in _leaves()}
+        return cls.from_parameters(
+            {name: value for name, value in inputs.items() if name in names} | renamed
+        )
+
 
 @dataclass(frozen=True)
 class Parameter(Setting):
@@ -153,6 +165,11 @@ class Parameter(Setting):
 def section_values(section: object) -> dict[str, Any]:
     """A section's leaves by name, uncopied (when the pipeline is built, KFP's placeholders)."""
     return {leaf.name: getattr(section, leaf.name) for leaf in fields(section)}  # type: ignore[arg-type]
+
+
+def section_defaults(section: type) -> dict[str, Any]:
+    """A section's leaves' defaults by name (a step's inputs of the same names take them)."""
+    return {leaf.name: leaf.default for leaf in described(section)}
 
 
 def _leaves() -> Iterator[tuple[str, Field[Any]]]:

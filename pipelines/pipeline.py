@@ -105,16 +105,14 @@ def build_pipeline(
         # Prepare checks the settings and the tracking configuration once, before the retried
         # training tasks, so it must run each time, not be answered from KFP's cache.
         prepared = prepare_op(
+            **section_values(e.training),
             data=e.dataset.data,
             subset=e.dataset.subset,
             runs=e.arms.runs,
             baseline_precision=e.arms.baseline_precision,
             train_image_size=e.dataset.image_size,
-            epochs=e.training.epochs,
-            lr=e.training.lr,
             gpu_count=e.resources.gpu_count,
             num_nodes=e.resources.num_nodes,
-            grad_comm=e.training.grad_comm,
             tracking=e.tracking.tracking,
         ).set_display_name("prepare")
         prepared.set_caching_options(False)

@@ -503,6 +503,7 @@ def test_run_passes_the_experiment_its_options_state() -> None:
     argv += ["--no-tracking", "--register-model", "m", "--experiment", "e", "--no-cuda-graphs"]
     argv += ["--allow-mismatch", "--max-accuracy-drop", "1.5", "--target-accuracy", "0.5"]
     argv += ["--image-size", "48", "--allow-emulated", "--baseline-precision", "bf16"]
+    argv += ["--compile", "--deterministic", "--label-smoothing", "0.1"]
     args = parser.parse_args(argv)
     experiment = _experiment(args, _matrix_runs(args))
     stated = {
@@ -511,6 +512,7 @@ def test_run_passes_the_experiment_its_options_state() -> None:
         "registered_model_name": "m", "experiment": "e", "cuda_graphs": False,
         "allow_mismatch": True, "max_accuracy_drop": 1.5, "target_accuracy": 0.5,
         "image_size": 48, "allow_emulated": True, "baseline_precision": "bf16",
+        "compile": True, "deterministic": True, "label_smoothing": 0.1,
     }  # fmt: skip
     runs = [
         {"model": "resnet18", "batch_size": 8, "precision": p, "seed": 0} for p in ("bf16", "amp")

@@ -87,6 +87,21 @@ def test_prepare_checks_each_arms_global_batch(
     assert capsys.readouterr().err.strip().splitlines()[-1] == error
 
 
+def test_prepare_checks_every_training_setting_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The training settings a task would refuse are the prepare step's one line, before any
+    retried training task starts (here one only the pipeline's training section carries)."""
+    dataset = dsl.Dataset(name="dataset", uri=str(tmp_path / "dataset"), metadata={})
+    runs = matrix_runs(["small-cnn"], [25], ["amp"], [0])
+    settings = {**PREPARE_DEFAULTS, "data": "synthetic", "subset": 50, "runs": runs}
+    with pytest.raises(SystemExit):
+        prepare.python_func(dataset=dataset, **settings | {"label_smoothing": 1.5})
+    error = "ERROR: prepare: --label-smoothing: must be in [0, 1), not 1.5"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == error
+    assert not (tmp_path / "dataset").exists()
+
+
 def test_train_component(local_runner: Path) -> None:
     @dsl.pipeline
     def one_arm() -> dsl.Metrics:

@@ -11,6 +11,7 @@ import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from ampbench.experiment import TrainingSettings, section_defaults
 from ampbench.pipelines.compile import compile_pipeline
 
 
@@ -190,17 +191,23 @@ def test_prepare_requests_cpu_and_memory_and_checks_the_settings(
     defaults = spec["root"]["inputDefinitions"]["parameters"]
     assert defaults["prepare_memory"]["defaultValue"] == "8Gi"
     inputs = task["inputs"]["parameters"]
-    for name, parameter in (
-        ("tracking", "tracking"),
-        ("runs", "runs"),
-        ("baseline_precision", "baseline_precision"),
-        ("train_image_size", "image_size"),
-        ("epochs", "epochs"),
-        ("gpu_count", "gpu_count"),
-        ("num_nodes", "num_nodes"),
-        ("grad_comm", "grad_comm"),
-    ):
-        assert inputs[name] == {"componentInputParameter": parameter}
+    given = {"tracking": "tracking", "runs": "runs", "baseline_precision": "baseline_precision",
+             "train_image_size": "image_size", "gpu_count": "gpu_count",
+             "num_nodes": "num_nodes"}  # fmt: skip
+    # Every training setting is checked there, once, as each training task will take it.
+    given |= {name: name for name in section_defaults(TrainingSettings)}
+    for name, parameter in given.items():
+        assert inputs[name] == {"componentInputParameter": parameter}, name
+
+
+def test_the_pipeline_sets_every_input_of_the_train_step(compiled: list[dict[str, Any]]) -> None:
+    """No input of the train component is left at its default: each is a pipeline parameter
+    or the matrix run's, so whatever the component can train, the pipeline can ask for."""
+    spec = compiled[0]
+    task = all_tasks(spec)["train"]
+    declared = spec["components"][task["componentRef"]["name"]]["inputDefinitions"]
+    given = set(task["inputs"].get("parameters", {})) | set(task["inputs"].get("artifacts", {}))
+    assert set(declared["parameters"]) | set(declared["artifacts"]) <= given
 
 
 def test_the_gradient_all_reduce_precision_reaches_every_training_task(

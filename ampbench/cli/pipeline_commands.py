@@ -105,11 +105,10 @@ def _matrix_runs(args: argparse.Namespace) -> list[dict[str, str | int]]:
 def _experiment(args: argparse.Namespace, runs: list[dict[str, str | int]]) -> Experiment:
     """The experiment the options state: each option given a value under a leaf's name, and
     the matrix's runs; the rest at the tree's defaults."""
-    from ampbench.experiment import Experiment, parameters
+    from ampbench.experiment import Experiment
 
-    given = {leaf.name: getattr(args, leaf.name, None) for leaf in parameters()}
-    given = {name: value for name, value in given.items() if value is not None}
-    return Experiment.from_parameters(given | {"runs": runs})
+    given = {name: value for name, value in vars(args).items() if value is not None}
+    return Experiment.from_inputs(given, runs=runs)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -76,7 +76,7 @@ def _hand_off(args: argparse.Namespace, defaults: argparse.Namespace) -> HandOff
         raise AmpbenchError(f"{', '.join(missing)}: required (or --config)")
     tracking = TrackingOptions(args.experiment, args.pipeline_run_id, args.registered_model_name)
     return HandOff(
-        TrainConfig.from_options(args, Path(args.dataset)),
+        TrainConfig.from_inputs(vars(args), Path(args.dataset)),
         args.dataset,
         args.output_dir,
         tracking if args.tracking else None,

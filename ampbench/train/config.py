@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -110,13 +110,15 @@ class TrainConfig:
     )
 
     @classmethod
-    def from_options(cls, options: object, dataset_dir: Path) -> TrainConfig:
-        """The config that `ampbench train`'s parsed options state: each field is the option
-        of its name (batch_size: --batch-size)."""
-        return cls(
-            dataset_dir,
-            **{f.name: getattr(options, f.name) for f in fields(cls) if f.name != "dataset_dir"},
-        )
+    def from_inputs(
+        cls, inputs: Mapping[str, Any], dataset_dir: Path, **renamed: Any
+    ) -> TrainConfig:
+        """The config that `ampbench train`'s parsed options or the train step's inputs state:
+        each field is the input of its name (batch_size: --batch-size), or one of `renamed`;
+        a field neither gives keeps its default, and other inputs are ignored."""
+        names = {f.name for f in fields(cls)} - {"dataset_dir"}
+        given = {name: value for name, value in inputs.items() if name in names}
+        return cls(dataset_dir, **(given | renamed))
 
     def validate(self) -> None:
         positive = {

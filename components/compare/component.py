@@ -4,14 +4,14 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.experiment import ArmSettings, ComparisonSettings, TrackingSettings, section_values
+from ampbench.experiment import ArmSettings, ComparisonSettings, TrackingSettings, section_defaults
 
 # Each parameter's default is the experiment's (ampbench/experiment.py).
 DEFAULTS = {
     "baseline_precision": ArmSettings.baseline_precision,
     "experiment": TrackingSettings.experiment,
     "tracking": TrackingSettings.tracking,
-    **section_values(ComparisonSettings()),
+    **section_defaults(ComparisonSettings),
 }
 
 

@@ -6,10 +6,18 @@ from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
 from ampbench.data.dataset import DEFAULT_VAL_FRACTION
 from ampbench.data.sources import SourceOptions
-from ampbench.experiment import ArmSettings, DataSettings, Resources, TrainingSettings
+from ampbench.experiment import (
+    ArmSettings,
+    DataSettings,
+    Resources,
+    TrainingSettings,
+    section_defaults,
+)
 
-# Component parameter -> its default, from the one place each is defined.
+# Component parameter -> its default, from the one place each is defined: the pipeline's
+# training settings by their names.
 DEFAULTS = {
+    **section_defaults(TrainingSettings),
     "subset": DataSettings.subset,
     "test_fraction": SourceOptions.test_fraction,
     "val_fraction": DEFAULT_VAL_FRACTION,
@@ -17,9 +25,6 @@ DEFAULTS = {
     "skip_bad_images": SourceOptions.skip_bad_images,
     "baseline_precision": ArmSettings.baseline_precision,
     "train_image_size": DataSettings.image_size,
-    "epochs": TrainingSettings.epochs,
-    "lr": TrainingSettings.lr,
-    "grad_comm": TrainingSettings.grad_comm,
     "gpu_count": Resources.gpu_count,
     "num_nodes": Resources.num_nodes,
 }
@@ -38,7 +43,15 @@ def prepare(
     train_image_size: int,
     epochs: int,
     lr: float,
+    target_accuracy: float,
+    allow_emulated: bool,
+    cuda_graphs: bool,
     grad_comm: str,
+    compile: bool,
+    deterministic: bool,
+    label_smoothing: float,
+    checkpoint_dir: str,
+    checkpoint_every: int,
     gpu_count: int,
     num_nodes: int,
     val_fraction: float,
@@ -54,14 +67,16 @@ def prepare(
 
     max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes: 0 keeps ampbench's
     limits (ampbench/data/limits.py).
-    runs, baseline_precision, train_image_size, epochs, lr, gpu_count, num_nodes, grad_comm:
-    the pipeline's experiment matrix and training settings, checked here, once, and against the
-    prepared data, rather than in the training tasks, which are retried on failure (no runs:
-    not checked). A training task runs gpu_count x num_nodes processes (at least 1 each),
-    each with the arm's batch size.
+    runs, baseline_precision, train_image_size (the pipeline's image_size), the training
+    settings (epochs to checkpoint_every), gpu_count, num_nodes: the pipeline's experiment
+    matrix and training settings, checked here, once, and against the prepared data, rather
+    than in the training tasks, which are retried on failure (no runs: not checked). A
+    training task runs gpu_count x num_nodes processes (at least 1 each), each with the arm's
+    batch size.
     tracking: the pipeline's tracking setting; in a pod, this first step fails at once when it
     is on and no tracking server is configured.
     """
+    inputs = dict(locals())  # before any other name is bound here
     from pathlib import Path
 
     from ampbench.data import SourceOptions
@@ -80,13 +95,9 @@ def prepare(
                 max_extract_bytes, max_members, max_image_pixels, max_decoded_bytes
             ),
         )
-        experiment = Experiment.from_parameters(
-            dict(
-                runs=runs, baseline_precision=baseline_precision, epochs=epochs, lr=lr,
-                subset=subset, image_size=train_image_size, grad_comm=grad_comm,
-                gpu_count=gpu_count, num_nodes=num_nodes, tracking=tracking,
-            )
-        )  # fmt: skip
+        # Each input named as a leaf of the experiment is that leaf; image_size is this
+        # step's own resize, the experiment's is train_image_size.
+        experiment = Experiment.from_inputs(inputs, image_size=train_image_size)
         metadata = run_prepare_task(
             data, Path(dataset.path), options, experiment, val_fraction=val_fraction
         )

@@ -4,29 +4,19 @@ from kfp import dsl
 
 from ampbench import DEFAULT_IMAGE
 from ampbench.components.defaults import with_defaults
-from ampbench.experiment import Resources, TrackingSettings
+from ampbench.experiment import Resources, TrackingSettings, TrainingSettings, section_defaults
 from ampbench.train.config import TrainConfig
 from ampbench.train.trainjob import DEFAULT_TIMEOUT_S
 
-# Component parameter -> its default, from the one place each is defined.
+# Component parameter -> its default, from the one place each is defined: the pipeline's
+# training and tracking settings by their names, an arm's own settings from TrainConfig.
 DEFAULTS = {
-    "epochs": TrainConfig.epochs,
+    **section_defaults(TrainingSettings),
+    **section_defaults(TrackingSettings),
     "batch_size": TrainConfig.batch_size,
-    "lr": TrainConfig.lr,
     "seed": TrainConfig.seed,
     "model_name": TrainConfig.model,
     "image_size": TrainConfig.image_size,
-    "target_accuracy": TrainConfig.target_accuracy,
-    "label_smoothing": TrainConfig.label_smoothing,
-    "compile_model": TrainConfig.compile,
-    "deterministic": TrainConfig.deterministic,
-    "subset": TrainConfig.subset,
-    "checkpoint_every": TrainConfig.checkpoint_every,
-    "allow_emulated": TrainConfig.allow_emulated,
-    "cuda_graphs": TrainConfig.cuda_graphs,
-    "grad_comm": TrainConfig.grad_comm,
-    "experiment": TrackingSettings.experiment,
-    "tracking": TrackingSettings.tracking,
     "num_nodes": Resources.num_nodes,
     "trainer_runtime": Resources.trainer_runtime,
     "timeout_s": DEFAULT_TIMEOUT_S,
@@ -42,28 +32,27 @@ def train(
     metrics: dsl.Output[dsl.Metrics],
     results: dsl.Output[dsl.Artifact],
     epochs: int,
-    batch_size: int,
     lr: float,
-    seed: int,
-    model_name: str,
-    image_size: int,
     target_accuracy: float,
-    label_smoothing: float,
-    compile_model: bool,
-    deterministic: bool,
-    subset: int,
-    checkpoint_every: int,
     allow_emulated: bool,
     cuda_graphs: bool,
     grad_comm: str,
+    compile: bool,
+    deterministic: bool,
+    label_smoothing: float,
+    checkpoint_dir: str,
+    checkpoint_every: int,
     experiment: str,
     tracking: bool,
+    registered_model_name: str,
+    batch_size: int,
+    seed: int,
+    model_name: str,
+    image_size: int,
     num_nodes: int,
     trainer_runtime: str,
     timeout_s: int,
-    checkpoint_dir: str = "",
     pipeline_run_id: str = "",
-    registered_model_name: str = "",
     requested_gpu_type: str = "",
     requested_gpu_count: int = 0,
     requested_cpu: str = "",
@@ -83,6 +72,7 @@ def train(
     trainjob_image, with the task's node_selector, ConfigMap and Secret, and timeout_s as
     its deadline (the task's own timeout).
     """
+    inputs = dict(locals())  # before any other name is bound here
     from pathlib import Path
 
     from ampbench.errors import reported_as_step
@@ -92,24 +82,9 @@ def train(
     from ampbench.train.tracker import TrackingOptions, summary
 
     with reported_as_step(train_step_name(precision)):
-        config = TrainConfig(
-            dataset_dir=Path(dataset.path),
-            precision=precision,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            seed=seed,
-            model=model_name,
-            image_size=image_size,
-            target_accuracy=target_accuracy,
-            label_smoothing=label_smoothing,
-            compile=compile_model,
-            deterministic=deterministic,
-            subset=subset,
-            allow_emulated=allow_emulated,
-            cuda_graphs=cuda_graphs,
-            grad_comm=grad_comm,
-        )
+        # Each input named as a TrainConfig field is that setting (the checkpoint settings are
+        # the task's request, which run_train_task settles).
+        config = TrainConfig.from_inputs(inputs, Path(dataset.path), model=model_name)
         placement = Placement(
             requested_gpu_type, requested_gpu_count, requested_cpu, requested_memory,
             num_nodes, trainer_runtime, trainjob_image, node_selector, config_map, s3_secret,
