@@ -1,4 +1,5 @@
-"""Options that more than one command takes: the training settings and the comparison's."""
+"""Options that more than one command takes: settings (ampbench/settings.py), the experiment's
+leaves, the matrix's lists and the comparison's."""
 
 from __future__ import annotations
 
@@ -6,19 +7,11 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from ampbench.settings import Setting, described
-
-# The training settings `run` and `train` share, each an option of its name.
-SHARED_SETTINGS = (
-    "batch_size", "model", "subset", "epochs", "lr", "image_size", "target_accuracy",
-    "allow_emulated", "cuda_graphs",
-)  # fmt: skip
+from ampbench.settings import Setting
 
 
-def add_setting_options(parser: argparse.ArgumentParser, settings: Iterable[Setting]) -> set[str]:
-    """An option per setting (ampbench/settings.py): its flag, default, type and description.
-    The names of the options added."""
-    added = set()
+def add_setting_options(parser: argparse.ArgumentParser, settings: Iterable[Setting]) -> None:
+    """An option per setting (ampbench/settings.py): its flag, default, type and description."""
     for each in settings:
         options: dict[str, Any] = {"dest": each.name, "default": each.default}
         if each.type is bool:
@@ -27,39 +20,17 @@ def add_setting_options(parser: argparse.ArgumentParser, settings: Iterable[Sett
             options["type"] = each.parse
             options["metavar"] = each.flag.upper().replace("-", "_")
         parser.add_argument("--" + each.flag, help=each.description.replace("%", "%%"), **options)
-        added.add(each.name)
-    return added
 
 
 def add_experiment_options(
-    parser: argparse.ArgumentParser,
-    sections: Iterable[str] = (),
-    names: Iterable[str] = (),
-    exclude: Iterable[str] = (),
-) -> set[str]:
-    """An option per leaf of the experiment (ampbench/experiment.py) in `sections` or `names`,
-    less those in `exclude`. The names of the options added."""
+    parser: argparse.ArgumentParser, sections: Iterable[str] = (), names: Iterable[str] = ()
+) -> None:
+    """An option per leaf of the experiment (ampbench/experiment.py) in `sections` or `names`."""
     from ampbench.experiment import parameters
 
-    sections, names, exclude = set(sections), set(names), set(exclude)
-    return add_setting_options(
-        parser,
-        [
-            leaf
-            for leaf in parameters()
-            if (leaf.section in sections or leaf.name in names) and leaf.name not in exclude
-        ],
-    )
-
-
-def add_training_options(parser: argparse.ArgumentParser) -> set[str]:
-    """What `run` and `train` share: SHARED_SETTINGS and the tracking settings. The names of
-    the options added."""
-    from ampbench.train.config import TrainConfig
-
-    shared = [each for each in described(TrainConfig) if each.name in SHARED_SETTINGS]
-    return add_setting_options(parser, shared) | add_experiment_options(
-        parser, sections=("tracking",)
+    sections, names = set(sections), set(names)
+    add_setting_options(
+        parser, [leaf for leaf in parameters() if leaf.section in sections or leaf.name in names]
     )
 
 
@@ -84,7 +55,6 @@ def add_matrix_options(
     return matrix
 
 
-def add_comparison_options(parser: argparse.ArgumentParser) -> set[str]:
-    """The comparison's options and the baseline's precision (`run` and `compare`). The names
-    of the options added."""
-    return add_experiment_options(parser, sections=("comparison",), names=("baseline_precision",))
+def add_comparison_options(parser: argparse.ArgumentParser) -> None:
+    """The comparison's options and the baseline's precision (`run` and `compare`)."""
+    add_experiment_options(parser, sections=("comparison",), names=("baseline_precision",))

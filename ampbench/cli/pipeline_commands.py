@@ -13,7 +13,7 @@ from ampbench.cli.options import (
     add_comparison_options,
     add_experiment_options,
     add_matrix_options,
-    add_training_options,
+    add_setting_options,
 )
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
@@ -32,7 +32,11 @@ def add_run(parser: argparse.ArgumentParser) -> None:
         "Run prepare -> train(fp32) || train(amp) -> compare through the KFP local "
         "runner, track the runs in MLflow, and print the RESULTS block."
     )
-    taken = add_experiment_options(parser, names=("data",)) | add_training_options(parser)
+    add_experiment_options(parser, sections=("dataset", "training", "tracking"))
+    # One run's model and batch size, as `ampbench train` takes them (each a list below).
+    add_setting_options(
+        parser, [each for each in described(TrainConfig) if each.name in ("model", "batch_size")]
+    )
     # Unset: short_run_batch_size picks it from --subset.
     parser.set_defaults(batch_size=None)
     seeds = parser.add_mutually_exclusive_group()
@@ -48,16 +52,12 @@ def add_run(parser: argparse.ArgumentParser) -> None:
         "task, and each (model, batch size) group gets its own baseline arm. Each list replaces "
         "its single-value option.",
     )
-    taken |= add_comparison_options(parser)
+    add_comparison_options(parser)
     parser.add_argument("--output-dir", type=Path, help="default: runs/<timestamp>")
     parser.add_argument(
         "--export",
         metavar="URI",
         help="also copy report, plots, results and models to s3://bucket/prefix or a directory",
-    )
-    # Every other setting of the experiment that a run here can use.
-    add_experiment_options(
-        parser, sections=("dataset", "training", "tracking", "comparison"), exclude=taken
     )
     parser.set_defaults(handler=_run)
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ampbench.cli.options import add_setting_options, add_training_options
+from ampbench.cli.options import add_experiment_options, add_setting_options
 from ampbench.errors import AmpbenchError
 from ampbench.settings import described
 
@@ -47,9 +47,9 @@ def add_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pipeline-run-id", default="", help="the KFP run this training belongs to (MLflow tag)"
     )
-    taken = add_training_options(parser)
-    # The rest of the recipe and how this process runs it, with TrainConfig's defaults.
-    add_setting_options(parser, [each for each in described(TrainConfig) if each.name not in taken])
+    # The recipe and how this process runs it, with TrainConfig's defaults.
+    add_setting_options(parser, described(TrainConfig))
+    add_experiment_options(parser, sections=("tracking",))
     parser.set_defaults(handler=_train)
 
 
