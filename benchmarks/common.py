@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# The CIFAR-10 archive's one definition: the environment's, else ../shared beside the checkout.
+# The tests read it from here, and the shell scripts run this file to print it.
+ARCHIVE_ENV = "AMPBENCH_CIFAR10_ARCHIVE"
 DEFAULT_ARCHIVE = Path(
-    os.environ.get("AMPBENCH_CIFAR10_ARCHIVE", REPO.parent / "shared/datasets/cifar10-jpeg.tar.gz")
+    os.environ.get(ARCHIVE_ENV, REPO.parent / "shared" / "datasets" / "cifar10-jpeg.tar.gz")
 )
 
 
@@ -60,3 +63,7 @@ def write_json(path: Path | None, data: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    print(DEFAULT_ARCHIVE)

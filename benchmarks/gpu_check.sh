@@ -34,12 +34,12 @@
 set -uo pipefail
 checkout=$(cd "$(dirname "$0")/.." && pwd)
 
-data=${AMPBENCH_CIFAR10_ARCHIVE:-$checkout/../shared/datasets/cifar10-jpeg.tar.gz}
+python=${PYTHON:-python3}
+data=$("$python" "$checkout/benchmarks/common.py")  # $AMPBENCH_CIFAR10_ARCHIVE, or beside the checkout
 out=gpu-check
 seeds=0
 smoke=0
 bundle=
-python=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-smoke) smoke=1 ;;

@@ -21,7 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-data=${AMPBENCH_CIFAR10_ARCHIVE:-../shared/datasets/cifar10-jpeg.tar.gz}
+python=${PYTHON:-python3}
+data=$("$python" benchmarks/common.py)  # $AMPBENCH_CIFAR10_ARCHIVE, or beside the checkout
 [ "${1:-}" = --data ] && data=$2
 work=${IMAGE_CHECK_DIR:-/var/tmp/ampbench-image-check}
 torch_version=2.14.1
@@ -29,7 +30,6 @@ torchvision_version=0.29.1
 base=localhost/pytorch/pytorch
 base_tag=$torch_version-cuda12.6-cudnn9-runtime
 image=localhost/ampbench:image-check
-python=${PYTHON:-python3}
 
 for tool in buildah debootstrap unshare chroot; do
   command -v "$tool" >/dev/null \

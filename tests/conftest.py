@@ -3,6 +3,7 @@ prepared datasets reused across tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +35,10 @@ settings.load_profile("ci")
 pytest_plugins = ["services"]
 
 REPO = Path(__file__).resolve().parent.parent
-CIFAR_ARCHIVE_ENV = "AMPBENCH_CIFAR10_ARCHIVE"
-DEFAULT_CIFAR_ARCHIVE = REPO.parent / "shared" / "datasets" / "cifar10-jpeg.tar.gz"
+_spec = importlib.util.spec_from_file_location("benchmarks_common", REPO / "benchmarks/common.py")
+assert _spec is not None and _spec.loader is not None
+benchmarks_common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(benchmarks_common)  # the archive's location, defined there
 IN_CI = os.environ.get("CI") == "true"
 
 # In each pytest-xdist worker, its share of the cores for torch's threads (and those of the
@@ -76,8 +79,9 @@ def tiny_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def cifar_archive() -> Path:
-    path = Path(os.environ.get(CIFAR_ARCHIVE_ENV, DEFAULT_CIFAR_ARCHIVE))
-    require(path.is_file(), f"the CIFAR-10 archive is not at {path} (set {CIFAR_ARCHIVE_ENV})")
+    path = benchmarks_common.DEFAULT_ARCHIVE
+    env = benchmarks_common.ARCHIVE_ENV
+    require(path.is_file(), f"the CIFAR-10 archive is not at {path} (set {env})")
     return path
 
 
