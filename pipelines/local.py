@@ -25,9 +25,7 @@ from ampbench.comparison import Comparison, read_comparison
 from ampbench.data.sources import SourceOptions, local_path
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors
 from ampbench.logs import log
-from ampbench.matrix import run_name
 from ampbench.pipelines.pipeline import build_pipeline
-from ampbench.results import read_arm_results
 from ampbench.tracking import (
     TRACKING_URI_ENV,
     local_store,
@@ -144,28 +142,18 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
     shutil.copyfile(task.outputs["report_html"].path, outputs.html)
     shutil.copytree(task.outputs["plots"].path, outputs.plots)
     comparison = read_comparison(outputs.comparison)
-    collect_models(pipeline_root, output_dir / MODELS_DIR)
+    collect_models(task.outputs["models"], output_dir / MODELS_DIR)
     return LocalRun(output_dir, comparison, outputs, pipeline_root, run_log)
 
 
-def collect_models(pipeline_root: Path, directory: Path) -> list[Path]:
-    """Copy each run's trained state dict out of the local runner's outputs, named by
-    matrix.run_name (the runner keeps a task's outputs side by side: results, model)."""
+def collect_models(models: list[Any], directory: Path) -> list[Path]:
+    """Copy each training task's state dict (the pipeline's `models` output) into
+    `directory`, named by its run (matrix.run_name)."""
     directory.mkdir(parents=True, exist_ok=True)
     copied = []
-    for results_file in sorted(pipeline_root.rglob("results")):
-        model = results_file.with_name("model")
-        if not (results_file.is_file() and model.is_file()):
-            continue
-        results = read_arm_results(results_file)
-        name = run_name(
-            results.model,
-            int(results.hyperparameters["batch_size"]),  # type: ignore[arg-type]
-            results.precision.requested,
-            results.seed,
-        )
-        target = directory / f"{name}.pt"
-        shutil.copyfile(model, target)
+    for model in models:
+        target = directory / f"{model.metadata['run']}.pt"
+        shutil.copyfile(model.path, target)
         copied.append(target)
     return copied
 

@@ -29,12 +29,14 @@ TRAIN_RETRIES = 2
 
 
 class PipelineOutputs(NamedTuple):
-    """The compare step's outputs, by the names the compare component gives them."""
+    """The compare step's outputs, by the names the compare component gives them, and every
+    training task's model (each named by its metadata's "run", matrix.run_name)."""
 
     comparison: dsl.Artifact
     report: dsl.Markdown
     report_html: dsl.HTML
     plots: dsl.Artifact
+    models: list[dsl.Model]
 
 
 # The pipeline's parameters are the experiment's leaves (ampbench/experiment.py): KFP reads
@@ -170,7 +172,13 @@ def build_pipeline(
         ).set_display_name("compare")
         compared.set_caching_options(False)
         use_cluster_settings(compared, e.resources)
-        return PipelineOutputs(*(compared.outputs[name] for name in PipelineOutputs._fields))
+        return PipelineOutputs(
+            compared.outputs["comparison"],
+            compared.outputs["report"],
+            compared.outputs["report_html"],
+            compared.outputs["plots"],
+            dsl.Collected(task.outputs["model"]),
+        )
 
     ampbench_pipeline.__signature__ = SIGNATURE  # type: ignore[attr-defined]
     ampbench_pipeline.__doc__ = DOCSTRING

@@ -200,6 +200,20 @@ def test_prepare_requests_cpu_and_memory_and_checks_the_settings(
         assert inputs[name] == {"componentInputParameter": parameter}, name
 
 
+def test_every_training_tasks_model_is_an_output_of_the_pipeline(
+    compiled: list[dict[str, Any]],
+) -> None:
+    """The pipeline's `models` output collects the train tasks' models from the matrix's
+    loop, so `ampbench run` and a cluster's user read them from the run, not its folders."""
+    root = compiled[0]["root"]
+    declared = root["outputDefinitions"]["artifacts"]["models"]
+    assert declared["isArtifactList"] is True
+    assert declared["artifactType"]["schemaTitle"] == "system.Model"
+    (selector,) = root["dag"]["outputs"]["artifacts"]["models"]["artifactSelectors"]
+    assert selector["producerSubtask"].startswith("for-loop")
+    assert selector["outputArtifactKey"].endswith("train-model")
+
+
 def test_the_pipeline_sets_every_input_of_the_train_step(compiled: list[dict[str, Any]]) -> None:
     """No input of the train component is left at its default: each is a pipeline parameter
     or the matrix run's, so whatever the component can train, the pipeline can ask for."""

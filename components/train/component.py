@@ -76,6 +76,7 @@ def train(
     from pathlib import Path
 
     from ampbench.errors import reported_as_step
+    from ampbench.matrix import run_name
     from ampbench.train import train_step_name
     from ampbench.train.config import TrainConfig
     from ampbench.train.task import Placement, run_train_task
@@ -101,4 +102,11 @@ def train(
         )  # fmt: skip
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)
-    model.metadata.update({"framework": "pytorch", "format": "state_dict", "model": model_name})
+    model.metadata.update(
+        {
+            "framework": "pytorch",
+            "format": "state_dict",
+            "model": model_name,
+            "run": run_name(model_name, batch_size, precision, seed),
+        }
+    )
