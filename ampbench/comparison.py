@@ -15,7 +15,7 @@ from ampbench import schema
 from ampbench.errors import AmpbenchError
 from ampbench.results import ArmResults, PrecisionRecord, check_version
 
-COMPARISON_SCHEMA_VERSION = 4
+COMPARISON_SCHEMA_VERSION = 5
 
 # What each headline figure means; the report prints these, and nothing else defines them.
 DEFINITIONS = {
@@ -122,6 +122,10 @@ class TimeSpent:
     state_s: float | None
     warmup_s: float
     compile_s: float
+    # Of the seeds, how many fetched their compiled step from a shared compile cache rather
+    # than compiling it; None where none used one.
+    compile_cache_hits: int | None
+    seeds: int
     train_s: float
     eval_s: float
     checkpoint_s: float

@@ -57,6 +57,8 @@ class TrainingSettings:
     compile: bool = same_as(TrainConfig, "compile")
     deterministic: bool = same_as(TrainConfig, "deterministic")
     label_smoothing: float = same_as(TrainConfig, "label_smoothing")
+    # A pipeline's tasks share it beside their checkpoints where none is given (run_train_task).
+    compile_cache: str = same_as(TrainConfig, "compile_cache", default="")
     # A pipeline's tasks checkpoint every 200 steps where a directory is given; a bare
     # `ampbench train` only when asked.
     checkpoint_dir: str = same_as(TrainConfig, "checkpoint_dir", default="")

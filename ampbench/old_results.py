@@ -98,11 +98,21 @@ def _epoch_v1(epoch: dict, images: int) -> dict:
 
 
 def upgrade_v2(old: dict) -> dict:
-    """Results of schema version 2 in this schema: the same protocol and figures, without the
+    """Results of schema version 2 in schema 3: the same protocol and figures, without the
     process's start-up, which version 2 did not record."""
     return {
         **old,
         "schema_version": 3,
         "timing": {**old["timing"], "startup": None},
         "upgraded_from_schema": old.get("upgraded_from_schema") or 2,
+    }
+
+
+def upgrade_v3(old: dict) -> dict:
+    """Results of schema version 3 in schema 4: the same figures; no compile cache then."""
+    return {
+        **old,
+        "schema_version": 4,
+        "timing": {**old["timing"], "compile_cache": None},
+        "upgraded_from_schema": old.get("upgraded_from_schema") or 3,
     }

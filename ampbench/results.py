@@ -19,12 +19,12 @@ from typing import Literal
 
 from ampbench import schema
 from ampbench.errors import AmpbenchError
-from ampbench.old_results import upgrade_v1, upgrade_v2
+from ampbench.old_results import upgrade_v1, upgrade_v2, upgrade_v3
 
 # An arm's results and a comparison, as files and as MLflow artifacts.
 RESULTS_FILE = "results.json"
 
-RESULTS_SCHEMA_VERSION = 3
+RESULTS_SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,9 @@ class Timing:
     warmup_s: float
     warmup_steps: int
     compile_s: float  # part of warmup_s: the first warm-up step of a compiled model
+    # With --compile and a shared compile cache: "hit" where this graph's compiled artefacts
+    # were fetched (compile_s then also their download), "miss" where they were compiled.
+    compile_cache: Literal["hit", "miss"] | None
     eval_s: float
     checkpoint_s: float
     # Before end_to_end_s, not part of it. None: not recorded (schema 2, or no /proc).
@@ -196,8 +199,7 @@ class ArmResults:
     compute: Compute | None = None
     time_to_target: TimeToTarget | None = None
     distributed: Distributed | None = None  # None: written before it existed (one process)
-    # Set when read from an older schema (upgrade_v1, upgrade_v2): its figures mean what they
-    # meant then.
+    # Set when read from an older schema (old_results.py): its figures mean what they meant then.
     upgraded_from_schema: int | None = None
 
     @property
@@ -216,7 +218,7 @@ def read_arm_results(path: Path) -> ArmResults:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise AmpbenchError(f"{path}: not a readable results file ({error})") from None
     what = "the results of an ampbench training run"
-    for version, upgrade in ((1, upgrade_v1), (2, upgrade_v2)):
+    for version, upgrade in ((1, upgrade_v1), (2, upgrade_v2), (3, upgrade_v3)):
         if isinstance(data, dict) and data.get("schema_version") == version:
             try:
                 data = upgrade(data)

@@ -307,6 +307,34 @@ def read_bytes(location: str) -> bytes:
     return response["Body"].read()
 
 
+def read_bytes_if_any(location: str) -> bytes | None:
+    """The file's or object's bytes; None where there is none (any other failure raises)."""
+    if not is_s3(location):
+        path = Path(location)
+        return path.read_bytes() if path.is_file() else None
+    bucket, key = split_s3(location)
+    try:
+        response = _s3_call(location, _get_object, bucket, key)
+    except _Missing:
+        return None
+    return _s3_call(location, response["Body"].read)
+
+
+class _Missing(Exception):
+    """No object at the key (read_bytes_if_any's None)."""
+
+
+def _get_object(bucket: str, key: str) -> Any:
+    from botocore.exceptions import ClientError
+
+    try:
+        return client().get_object(Bucket=bucket, Key=key)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            raise _Missing from None
+        raise
+
+
 def remove(location: str) -> None:
     if not is_s3(location):
         Path(location).unlink(missing_ok=True)

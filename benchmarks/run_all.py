@@ -17,6 +17,7 @@ BENCHMARKS = [
     "mlflow_overhead",
     "protocol_agreement",
     "matrix_overhead",
+    "compile_cache",
 ]
 
 

@@ -110,6 +110,7 @@ def arm_result(
             warmup_s=5.0,
             warmup_steps=3,
             compile_s=0.0,
+            compile_cache=None,
             eval_s=5.0,
             checkpoint_s=0.0,
             startup=Startup(total_s=6.0 + seed, imports_s=4.0, state_s=2.0 + seed),
@@ -177,6 +178,31 @@ def test_single_seed_figures_follow_from_the_arms() -> None:
         "Time spent, amp: start-up 6.00 s (imports and device 4.00, data and model 2.00), "
         "warm-up 5.00 s, training 120.00 s, evaluation 5.00 s\n" in text
     )
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "said"),
+    [
+        ((None, None), " (compilation 2.00)"),
+        (("miss", "miss"), " (compilation 2.00, compiled: not in the compile cache yet)"),
+        (("hit", "hit"), " (compilation 2.00, fetched from the compile cache)"),
+        (("miss", "hit"), " (compilation 2.00, fetched from the compile cache in 1 of 2 seeds)"),
+    ],
+)
+def test_time_spent_says_whether_the_compiled_step_came_from_the_compile_cache(
+    outcomes: tuple[str | None, str | None], said: str
+) -> None:
+    """A compilation time means compiling or fetching what another process compiled: the
+    footer says which, per arm over its seeds."""
+    fp32 = [arm_result("fp32", seed, 0.70, 3000.0, 300.0) for seed in (0, 1)]
+    amp = [
+        with_(arm_result("amp", seed, 0.68, 1500.0, 120.0), timing__compile_s=2.0,
+              timing__compile_cache=outcome)
+        for seed, outcome in zip((0, 1), outcomes, strict=True)
+    ]  # fmt: skip
+    text = render_text(compare_arms({"fp32": fp32, "amp": amp}))
+    (line,) = [line for line in text.splitlines() if line.startswith("Time spent, amp:")]
+    assert f"warm-up 5.00 s{said}, training" in line
 
 
 def test_time_spent_is_the_mean_over_seeds_and_unrecorded_where_a_seed_lacks_it() -> None:
@@ -468,7 +494,11 @@ def test_results_of_schema_2_are_read_without_a_start_up() -> None:
     assert original["schema_version"] == 2 and "startup" not in original["timing"]
     assert bf16.schema_version == RESULTS_SCHEMA_VERSION and bf16.upgraded_from_schema == 2
     assert bf16.timing.startup is None
-    assert schema.dump(bf16.timing) == {**original["timing"], "startup": None}
+    assert schema.dump(bf16.timing) == {
+        **original["timing"],
+        "startup": None,
+        "compile_cache": None,
+    }
     assert bf16.precision.support == original["precision"]["support"]
     comparison = compare_arms({"fp32": [fp32], "bf16": [bf16]})
     # Measured as this version measures: no warning, only the start-up is not known.

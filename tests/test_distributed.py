@@ -351,6 +351,7 @@ def test_the_hand_off_to_other_processes_says_what_the_config_says(tmp_path: Pat
         seed=7,
         model="vit-s",
         compile=True,
+        compile_cache="s3://bucket/compile-cache",
         deterministic=True,
         subset=1024,
         checkpoint_dir="s3://bucket/ckpt/run-1/vit-s-b64-bf16-seed7",

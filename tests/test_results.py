@@ -47,6 +47,20 @@ def schema_1_cuda_fp16() -> dict:
     return old
 
 
+def test_a_schema_3_result_is_read_as_compiled_without_a_shared_cache(tmp_path: Path) -> None:
+    """Schema 3 had no compile cache: its results read as schema 4's with none, the rest
+    unchanged (schema 2's fixture, upgraded once, is a schema 3 document)."""
+    from ampbench.old_results import upgrade_v2
+
+    fixture = Path(__file__).parent / "data" / "results-v2-bf16.json"
+    version_3 = upgrade_v2(json.loads(fixture.read_text()))
+    version_3.pop("upgraded_from_schema")
+    (tmp_path / "v3.json").write_text(json.dumps(version_3))
+    run = read_arm_results(tmp_path / "v3.json")
+    assert run.schema_version == 4 == RESULTS_SCHEMA_VERSION and run.upgraded_from_schema == 3
+    assert schema.dump(run.timing) == {**version_3["timing"], "compile_cache": None}
+
+
 def test_a_schema_1_cuda_result_is_upgraded_with_its_figures_kept(tmp_path: Path) -> None:
     (tmp_path / "v1.json").write_text(json.dumps(schema_1_cuda_fp16()))
     run = read_arm_results(tmp_path / "v1.json")

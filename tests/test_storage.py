@@ -390,3 +390,23 @@ def test_an_arm_reads_its_data_from_and_hands_its_outputs_back_to_s3(
     fetched = storage.fetch_tree(f"s3://{bucket}/out", tmp_path / "back")[0]
     assert sorted(path.name for path in fetched.iterdir()) == sorted([RESULTS_FILE, MODEL_FILE])
     assert read_arm_results(fetched / RESULTS_FILE).accuracy == results.accuracy
+
+
+def test_read_bytes_if_any_tells_a_missing_object_from_a_failure(bucket: str) -> None:
+    """No object is None (the compile cache's miss); a missing bucket is an error naming it."""
+    assert storage.read_bytes_if_any(f"s3://{bucket}/compile-cache/none.tar.gz") is None
+    with pytest.raises(AmpbenchError, match=r"^s3://no-such-bucket-x/k: the bucket does not exist"):
+        storage.read_bytes_if_any("s3://no-such-bucket-x/k")
+
+
+def test_the_compile_cache_round_trips_through_s3(bucket: str) -> None:
+    from ampbench.train.compile_cache import CompileCache
+
+    location = f"s3://{bucket}/compile-cache"
+    with CompileCache(location, "step.tar.gz") as first:
+        (first.directory / "fxgraph").mkdir()
+        (first.directory / "fxgraph" / "entry").write_bytes(b"compiled")
+        first.store()
+    with CompileCache(location, "step.tar.gz") as second:
+        assert (second.directory / "fxgraph" / "entry").read_bytes() == b"compiled"
+    assert (first.outcome, second.outcome) == ("miss", "hit")

@@ -4,6 +4,7 @@ test_distributed.py); here they are stood in for, to see which one a task choose
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,23 @@ def test_a_checkpoint_dir_gives_each_run_of_each_pipeline_run_its_own_folder_to_
     (trained, *_), _ = calls["run_training"]
     assert trained.checkpoint_dir == "s3://b/ckpt/run-7/small-cnn-b32-bf16-seed3"
     assert trained.checkpoint_every == 25 and trained.resume
+
+
+def test_a_compiled_arm_shares_its_compiled_step_beside_the_checkpoints(calls: dict) -> None:
+    """Across arms, seeds and pipeline runs: the checkpoint location's compile-cache folder,
+    unless the task was given one; an arm that does not compile gets none."""
+    compiled = dataclasses.replace(config(), compile=True)
+    run_train_task(compiled, Path("r"), Path("m"), None, Placement(), "s3://b/ckpt/", 0, "run-7")
+    (trained, *_), _ = calls["run_training"]
+    assert trained.compile_cache == "s3://b/ckpt/compile-cache"
+    given = dataclasses.replace(compiled, compile_cache="/shared/cc")
+    run_train_task(given, Path("r"), Path("m"), None, Placement(), "s3://b/ckpt/", 0, "run-7")
+    (trained, *_), _ = calls["run_training"]
+    assert trained.compile_cache == "/shared/cc"
+    eager = dataclasses.replace(config(), compile_cache="/shared/cc")
+    run_train_task(eager, Path("r"), Path("m"), None, Placement(), "s3://b/ckpt/", 0, "run-7")
+    (trained, *_), _ = calls["run_training"]
+    assert trained.compile_cache is None
 
 
 def test_in_a_pod_the_config_maps_checkpoint_location_is_the_default(

@@ -131,7 +131,7 @@ def time_spent_text(spent: TimeSpent) -> str:
         )
     warmup = f"warm-up {spent.warmup_s:.2f} s"
     if spent.compile_s:
-        warmup += f" (compilation {spent.compile_s:.2f})"
+        warmup += f" (compilation {spent.compile_s:.2f}{compile_cache_text(spent)})"
     parts = [startup, warmup, f"training {spent.train_s:.2f} s", f"evaluation {spent.eval_s:.2f} s"]
     if spent.checkpoint_s:
         parts.append(f"checkpoints {spent.checkpoint_s:.2f} s")
@@ -282,6 +282,18 @@ def _add_optional_columns(comparison: Comparison, arms: Table, ratios: Table) ->
         ratio_header.append("time-to-target ratio")
         for row, this in zip(ratio_rows, comparison.comparisons.values(), strict=True):
             row.append(_figure(this.time_to_target_ratio, ".2f", "x"))
+
+
+def compile_cache_text(spent: TimeSpent) -> str:
+    """How the compiled step was had: from the shared compile cache, compiled, or both."""
+    hits = spent.compile_cache_hits
+    if hits is None:
+        return ""
+    if hits == spent.seeds:
+        return ", fetched from the compile cache"
+    if hits == 0:
+        return ", compiled: not in the compile cache yet"
+    return f", fetched from the compile cache in {hits} of {spent.seeds} seeds"
 
 
 def time_spent_table(comparison: Comparison) -> Table:

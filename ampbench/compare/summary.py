@@ -45,12 +45,17 @@ def time_spent(runs: Sequence[ArmResults]) -> TimeSpent:
     every seed recorded it (a mean over some would pass for one over all)."""
     startups = [run.timing.startup for run in runs]
     known = [s for s in startups if s is not None] if None not in startups else []
+    cached = [run.timing.compile_cache for run in runs]
     return TimeSpent(
         startup_s=fmean([s.total_s for s in known]) if known else None,
         imports_s=fmean([s.imports_s for s in known]) if known else None,
         state_s=fmean([s.state_s for s in known]) if known else None,
         warmup_s=fmean([run.timing.warmup_s for run in runs]),
         compile_s=fmean([run.timing.compile_s for run in runs]),
+        compile_cache_hits=None
+        if all(outcome is None for outcome in cached)
+        else cached.count("hit"),
+        seeds=len(runs),
         train_s=fmean([run.timing.train_time_s for run in runs]),
         eval_s=fmean([run.timing.eval_s for run in runs]),
         checkpoint_s=fmean([run.timing.checkpoint_s for run in runs]),

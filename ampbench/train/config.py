@@ -48,6 +48,13 @@ class TrainConfig:
         parse=model_name,
     )
     compile: bool = setting(False, "torch.compile the model")
+    compile_cache: str | None = setting(
+        None,
+        "with --compile: a local directory or s3:// prefix where processes share what they "
+        "compiled (Inductor's cache, one archive per model, batch, precision and device), so a "
+        "graph compiled once is fetched rather than compiled again (a hit, recorded)",
+        parse=str,
+    )
     deterministic: bool = setting(False, "deterministic algorithms")
     label_smoothing: float = setting(0.0, "label smoothing of the loss")
     momentum: float = setting(0.9, "SGD's Nesterov momentum")
@@ -167,6 +174,8 @@ class TrainConfig:
                 "--compile with --warmup-steps 0: compilation would be timed as training; "
                 "give it at least one warm-up step"
             )
+        if self.compile_cache and not self.compile:
+            raise AmpbenchError("--compile-cache: needs --compile (nothing is compiled without)")
         if (self.resume or self.checkpoint_every) and not self.checkpoint_dir:
             raise AmpbenchError("--resume and --checkpoint-every: need --checkpoint-dir")
 
@@ -174,6 +183,7 @@ class TrainConfig:
         # What changes neither the training nor its measurement (emulation is recorded with
         # the precision).
         skip = {"dataset_dir", "device", "checkpoint_dir", "resume", "keep_checkpoints"}
+        skip |= {"compile_cache"}  # where compiled code is kept, not what it computes
         skip |= {"allow_emulated"}
         values = {k: v for k, v in asdict(self).items() if k not in skip}
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}

@@ -41,6 +41,7 @@ from ampbench.train.flops import flop_counter_mode
 from ampbench.train.graphs import StepInputs, StepRunner
 from ampbench.train.precision import math_mode
 from ampbench.train.record import evaluate
+from ampbench.train.state import WarmUpRecord
 
 HEALTH_CHECK_EVERY = 50  # steps between the (only) host syncs inside an epoch
 
@@ -56,8 +57,7 @@ class Trainer(ArmSetup):
         # run() makes it anew around the model it trains (DDP-wrapped, compiled).
         self.run_step = StepRunner(lambda inputs: self.train_step(self.model, inputs))
         self.resumed_from: str | None = None
-        self.warmup_s = 0.0
-        self.compile_s = 0.0
+        self.warm = WarmUpRecord()
         self.startup.state_ready()  # last in __init__: the warm-up can start
 
     def run(self) -> ArmResults:
@@ -194,18 +194,23 @@ class Trainer(ArmSetup):
             return
         order = epoch_order(len(self.train_data), self.config.seed, self.state.epoch, self.device)
         started = time.perf_counter()
-        self.warm_up_steps(order, counted_in_warm_up, started)
-        sync(self.device)
-        self.training.load(saved)
-        if self.cuda_graphs:
-            self.capture()
-        self.warmup_s = time.perf_counter() - started
+        cache = self.shared_compile_cache()  # fetched on the warm-up's clock, as compiling would be
+        with cache or contextlib.nullcontext():
+            self.warm_up_steps(order, counted_in_warm_up, started)
+            sync(self.device)
+            self.training.load(saved)
+            if self.cuda_graphs:
+                self.capture()
+            if cache is not None and self.world.rank == 0:
+                cache.store()
+        self.warm.compile_cache = cache.outcome if cache is not None else None
+        self.warm.seconds = time.perf_counter() - started
         log.info(
             "warm-up: %d steps%s in %.1f s%s, undone; not counted in training time",
             steps,
             " and the CUDA graph's capture" if self.cuda_graphs else "",
-            self.warmup_s,
-            f" (compilation {self.compile_s:.1f} s)" if self.config.compile else "",
+            self.warm.seconds,
+            f" (compilation {self.warm.compile_s:.1f} s)" if self.config.compile else "",
         )
 
     def warm_up_steps(self, order: torch.Tensor, count_flops: bool, started: float) -> None:
@@ -231,7 +236,7 @@ class Trainer(ArmSetup):
                 progress.update()
                 if warm_step == 0 and self.config.compile:
                     sync(self.device)
-                    self.compile_s = time.perf_counter() - started
+                    self.warm.compile_s = time.perf_counter() - started
         if stream is not None:
             torch.cuda.current_stream(self.device).wait_stream(stream)
 
@@ -278,7 +283,7 @@ class Trainer(ArmSetup):
         self.counters.count_step(loss, logits, labels, scales)  # type: ignore[arg-type]
 
     def results(self) -> ArmResults:
-        return self.record.results(self.state, self.warmup_s, self.compile_s, self.resumed_from)
+        return self.record.results(self.state, self.warm, self.resumed_from)
 
 
 def train(

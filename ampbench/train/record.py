@@ -28,7 +28,7 @@ from ampbench.train.flops import FlopAccount
 from ampbench.train.memory import MemoryMeter
 from ampbench.train.models import parameter_count
 from ampbench.train.precision import Precision
-from ampbench.train.state import LoopState
+from ampbench.train.state import LoopState, WarmUpRecord
 from ampbench.world import SINGLE_PROCESS, World
 
 
@@ -145,7 +145,7 @@ class Recorder:
         return record
 
     def results(
-        self, state: LoopState, warmup_s: float, compile_s: float, resumed_from: str | None
+        self, state: LoopState, warm_up: WarmUpRecord, resumed_from: str | None
     ) -> ArmResults:
         """The arm's results (ampbench/results.py) after the epochs in `state`."""
         config = self.config
@@ -162,7 +162,7 @@ class Recorder:
             dataset=self.dataset(),
             accuracy=last.test_accuracy,
             test_loss=last.test_loss,
-            timing=self.timing(state, warmup_s, compile_s, trained_images),
+            timing=self.timing(state, warm_up, trained_images),
             memory=self.memory.record_over_ranks(self.world),
             skipped_steps=sum(e.skipped_steps for e in epochs),
             loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else None,
@@ -199,19 +199,18 @@ class Recorder:
             test_images=len(self.eval_data["test"]),
         )
 
-    def timing(
-        self, state: LoopState, warmup_s: float, compile_s: float, trained_images: int
-    ) -> Timing:
+    def timing(self, state: LoopState, warm_up: WarmUpRecord, trained_images: int) -> Timing:
         return Timing(
             train_time_s=state.train_time_s,
             throughput_img_s=trained_images / state.train_time_s,
             trained_images=trained_images,
             end_to_end_s=(
-                warmup_s + state.train_time_s + state.eval_time_s + state.checkpoint_time_s
+                warm_up.seconds + state.train_time_s + state.eval_time_s + state.checkpoint_time_s
             ),
-            warmup_s=warmup_s,
+            warmup_s=warm_up.seconds,
             warmup_steps=self.config.warmup_steps,
-            compile_s=compile_s,
+            compile_s=warm_up.compile_s,
+            compile_cache=warm_up.compile_cache,
             eval_s=state.eval_time_s,
             checkpoint_s=state.checkpoint_time_s,
             startup=self.startup.record(),

@@ -1,16 +1,26 @@
-"""Where the loop stands (LoopState, saved in each checkpoint) and the per-step statistics it
-keeps on the device (DeviceCounters), which tell whether the run has diverged."""
+"""Where the loop stands (LoopState, saved in each checkpoint), what its warm-up cost
+(WarmUpRecord), and the per-step statistics it keeps on the device (DeviceCounters), which
+tell whether the run has diverged."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ampbench.logs import log
 from ampbench.train import distributed
+
+
+@dataclass
+class WarmUpRecord:
+    """What the untimed warm-up cost (loop.py's protocol, step 3)."""
+
+    seconds: float = 0.0
+    compile_s: float = 0.0  # its first step, where a compiled model compiles
+    compile_cache: Literal["hit", "miss"] | None = None  # compile_cache.CompileCache's outcome
 
 
 @dataclass

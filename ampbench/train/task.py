@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ampbench import storage
 from ampbench.cluster import (
     CHECKPOINT_URI_ENV,
     CONFIG_MAP_KEYS,
@@ -25,6 +26,8 @@ from ampbench.train.launch import train_in_processes, train_on_nodes, trainjob_n
 from ampbench.train.step import requested_resources_in_pod, run_training
 from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import DEFAULT_RUNTIME, DEFAULT_TIMEOUT_S, TrainJobSpec
+
+COMPILE_CACHE_DIR = "compile-cache"  # under a task's checkpoint location
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,14 @@ def run_train_task(
         )
     name = run_name(config.model, config.batch_size, config.precision, config.seed)
     run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
+    # Compiled graphs are shared beside the checkpoints, across arms, seeds and pipeline runs.
+    beside_checkpoints = storage.join(checkpoint_dir, COMPILE_CACHE_DIR) if checkpoint_dir else None
     config = dataclasses.replace(
         config,
         checkpoint_dir=run_dir if checkpoint_dir else None,
         checkpoint_every=checkpoint_every if checkpoint_dir else 0,
         resume=bool(checkpoint_dir),
+        compile_cache=(config.compile_cache or beside_checkpoints) if config.compile else None,
     )
     requested = requested_resources_in_pod(
         placement.gpu_type, placement.gpu_count, placement.cpu, placement.memory
