@@ -122,9 +122,10 @@ class TimeSpent:
     state_s: float | None
     warmup_s: float
     compile_s: float
-    # Of the seeds, how many fetched their compiled step from a shared compile cache rather
-    # than compiling it; None where none used one.
-    compile_cache_hits: int | None
+    # Of the seeds, those that fetched their compiled step from a shared compile cache and
+    # those that compiled it there (seeds without one are neither).
+    compile_cache_hits: int
+    compile_cache_misses: int
     seeds: int
     train_s: float
     eval_s: float

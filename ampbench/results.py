@@ -26,6 +26,9 @@ RESULTS_FILE = "results.json"
 
 RESULTS_SCHEMA_VERSION = 4
 
+# A compiled step fetched from a shared compile cache, or compiled (train/compile_cache.py).
+CompileCacheOutcome = Literal["hit", "miss"]
+
 
 @dataclass(frozen=True)
 class PrecisionRecord:
@@ -76,7 +79,7 @@ class Timing:
     compile_s: float  # part of warmup_s: the first warm-up step of a compiled model
     # With --compile and a shared compile cache: "hit" where this graph's compiled artefacts
     # were fetched (compile_s then also their download), "miss" where they were compiled.
-    compile_cache: Literal["hit", "miss"] | None
+    compile_cache: CompileCacheOutcome | None
     eval_s: float
     checkpoint_s: float
     # Before end_to_end_s, not part of it. None: not recorded (schema 2, or no /proc).

@@ -18,6 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# Its own folder only (for common.py): gpu_check.sh runs it with PYTHONSAFEPATH=1.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from common import archive_argument, median, table, write_json
 
 from ampbench.results import read_arm_results
@@ -45,7 +48,10 @@ def one_repeat(args: argparse.Namespace, dataset: Path, work: Path) -> list[dict
             "--no-tracking", "--output-dir", str(out),
         )  # fmt: skip
         timing = read_arm_results(out / "results.json").timing
-        archive_mb = sum(p.stat().st_size for p in location.iterdir()) / 2**20
+        archives = list(location.glob("*.tar.gz")) if location.is_dir() else []
+        if not archives:
+            sys.exit(f"compile_cache: the {run} run left no archive in {location}")
+        archive_mb = sum(p.stat().st_size for p in archives) / 2**20
         rows.append(
             {
                 "run": run,
@@ -82,6 +88,9 @@ def main() -> None:
     header = ["repeat", "run", "compile cache", "compile (s)", "warm-up (s)", "archive (MB)"]
     columns = ("repeat", "run", "compile_cache", "compile_s", "warmup_s", "archive_mb")
     print(table(header, [[row[column] for column in columns] for row in rows]))
+    outcomes = [(row["run"], row["compile_cache"]) for row in rows]
+    if set(outcomes) != {("first", "miss"), ("second", "hit")}:
+        sys.exit(f"compile_cache: expected each first run to miss and each second to hit: {rows}")
     medians = {
         outcome: median([float(r["compile_s"]) for r in rows if r["compile_cache"] == outcome])
         for outcome in ("miss", "hit")

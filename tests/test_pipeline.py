@@ -214,6 +214,35 @@ def test_every_training_tasks_model_is_an_output_of_the_pipeline(
     assert selector["outputArtifactKey"].endswith("train-model")
 
 
+def test_every_input_a_step_reads_by_name_is_a_setting_of_that_name() -> None:
+    """The steps read their inputs into the library's config by name (from_inputs), which
+    ignores other names: so each input is a setting of its name, or one the step renames or
+    uses itself, and a misspelt input fails here rather than training at a default."""
+    import inspect
+    from dataclasses import fields
+
+    from ampbench.components.prepare.component import prepare
+    from ampbench.components.train.component import train
+    from ampbench.experiment import parameters
+    from ampbench.train.config import TrainConfig
+
+    config_fields = {f.name for f in fields(TrainConfig)}
+    leaves = {leaf.name for leaf in parameters()}
+    own = {
+        train: {"dataset", "model", "metrics", "results", "model_name", "experiment", "tracking",
+                "registered_model_name", "num_nodes", "trainer_runtime", "timeout_s",
+                "pipeline_run_id", "requested_gpu_type", "requested_gpu_count",
+                "requested_cpu", "requested_memory", "trainjob_image", "node_selector",
+                "config_map", "s3_secret"},
+        prepare: {"dataset", "test_fraction", "seed", "skip_bad_images", "train_image_size",
+                  "val_fraction", "image_size", "max_extract_bytes", "max_members",
+                  "max_image_pixels", "max_decoded_bytes"},
+    }  # fmt: skip
+    for step, settings in ((train, config_fields), (prepare, leaves)):
+        inputs = set(inspect.signature(step.python_func).parameters)
+        assert inputs - own[step] <= settings, (step.name, inputs - own[step] - settings)
+
+
 def test_the_pipeline_sets_every_input_of_the_train_step(compiled: list[dict[str, Any]]) -> None:
     """No input of the train component is left at its default but subset, which the prepare
     step applies to the data: each other is a pipeline parameter or the matrix run's, so

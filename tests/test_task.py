@@ -67,6 +67,10 @@ def test_a_compiled_arm_shares_its_compiled_step_beside_the_checkpoints(calls: d
     run_train_task(given, Path("r"), Path("m"), None, Placement(), "s3://b/ckpt/", 0, "run-7")
     (trained, *_), _ = calls["run_training"]
     assert trained.compile_cache == "/shared/cc"
+    off = dataclasses.replace(compiled, compile_cache="off")
+    run_train_task(off, Path("r"), Path("m"), None, Placement(), "s3://b/ckpt/", 0, "run-7")
+    (trained, *_), _ = calls["run_training"]
+    assert trained.compile_cache == "off"  # the engine reads it as none
     eager = dataclasses.replace(config(), compile_cache="/shared/cc")
     run_train_task(eager, Path("r"), Path("m"), None, Placement(), "s3://b/ckpt/", 0, "run-7")
     (trained, *_), _ = calls["run_training"]

@@ -286,13 +286,13 @@ def _add_optional_columns(comparison: Comparison, arms: Table, ratios: Table) ->
 
 def compile_cache_text(spent: TimeSpent) -> str:
     """How the compiled step was had: from the shared compile cache, compiled, or both."""
-    hits = spent.compile_cache_hits
-    if hits is None:
-        return ""
+    hits, misses = spent.compile_cache_hits, spent.compile_cache_misses
     if hits == spent.seeds:
         return ", fetched from the compile cache"
+    if misses == spent.seeds:
+        return ", compiled: a compile cache miss"
     if hits == 0:
-        return ", compiled: not in the compile cache yet"
+        return ""
     return f", fetched from the compile cache in {hits} of {spent.seeds} seeds"
 
 

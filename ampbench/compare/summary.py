@@ -52,9 +52,8 @@ def time_spent(runs: Sequence[ArmResults]) -> TimeSpent:
         state_s=fmean([s.state_s for s in known]) if known else None,
         warmup_s=fmean([run.timing.warmup_s for run in runs]),
         compile_s=fmean([run.timing.compile_s for run in runs]),
-        compile_cache_hits=None
-        if all(outcome is None for outcome in cached)
-        else cached.count("hit"),
+        compile_cache_hits=cached.count("hit"),
+        compile_cache_misses=cached.count("miss"),
         seeds=len(runs),
         train_s=fmean([run.timing.train_time_s for run in runs]),
         eval_s=fmean([run.timing.eval_s for run in runs]),

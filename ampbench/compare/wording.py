@@ -109,6 +109,8 @@ class Notes:
     classes: int  # chance is 1/classes, as in the headline's baseline
     missed_target: list[str]
     target_accuracy: float | None  # the target the runs in missed_target missed
+    # Runs that fetched their compiled step, where the arms did not all fetch as many.
+    fetched_compiled: list[str]
 
     @classmethod
     def of(
@@ -132,6 +134,7 @@ class Notes:
         ]
 
         emulated = [name for name, summary in summaries.items() if summary.precision.emulated]
+        fetched = {sum(r.timing.compile_cache == "hit" for r in rs) for rs in paired.values()}
         return cls(
             found=found,
             emulated=emulated,
@@ -148,6 +151,9 @@ class Notes:
             classes=first.dataset.classes,
             missed_target=runs_where(lambda run: run.time_to_target in missed),
             target_accuracy=missed[0].target_accuracy if missed else None,
+            fetched_compiled=runs_where(lambda run: run.timing.compile_cache == "hit")
+            if len(fetched) > 1
+            else [],
         )
 
     def warnings(self) -> list[str]:
@@ -190,5 +196,12 @@ class Notes:
                 f"Never reached the target accuracy {self.target_accuracy}: "
                 f"{', '.join(self.missed_target)} (their time to target is left out, and so are "
                 "their pairs in the time-to-target ratio)."
+            )
+        if self.fetched_compiled:
+            warnings.append(
+                f"Fetched the compiled step from the compile cache: "
+                f"{', '.join(self.fetched_compiled)}; the other runs compiled theirs. Warm-up "
+                "and end-to-end times differ by that as well as by precision (training time "
+                "and throughput do not include it)."
             )
         return warnings

@@ -14,7 +14,7 @@ from ampbench.preflight import preflight_arm
 from ampbench.process import StartupClock
 from ampbench.train import distributed
 from ampbench.train.checkpoint import Checkpointer, TrainingState, fingerprint
-from ampbench.train.compile_cache import CompileCache, archive_name
+from ampbench.train.compile_cache import CompileCache, archive_name, location_of
 from ampbench.train.config import TrainConfig
 from ampbench.train.data import draw_crop_flip, read_to_device, step_generator
 from ampbench.train.device import device_record, pick_device, seed_everything
@@ -161,7 +161,8 @@ class ArmSetup:
     def shared_compile_cache(self) -> CompileCache | None:
         """Where a compiled arm shares its compiled step (compile_cache.py), if anywhere."""
         config = self.config
-        if not (config.compile and config.compile_cache):
+        location = location_of(config.compile_cache)
+        if not (config.compile and location):
             return None
         graph = {
             "torch": torch.__version__,
@@ -173,7 +174,7 @@ class ArmSetup:
             "deterministic": config.deterministic,
         }
         name = archive_name(config.model, config.batch_size, self.precision.name, graph)
-        return CompileCache(config.compile_cache, name)
+        return CompileCache(location, name)
 
     def step_rows(self, order: torch.Tensor, step: int) -> torch.Tensor:
         """This rank's part of the step's global batch: the rows one process would train on

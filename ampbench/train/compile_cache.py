@@ -4,13 +4,14 @@ would compile a graph that another process compiled already.
 
 With a shared location (a directory or an s3:// prefix), a process compiles into an Inductor
 cache directory of its own (TORCHINDUCTOR_CACHE_DIR, Triton's beneath it), first unpacked from
-the location's archive for its graph where one exists (a hit); after a miss, rank 0 packs the
-directory back as that archive. Inductor checks every entry's own key, so an archive written
-for another graph or torch version costs only its download.
+the location's archive for its graph where one exists. Inductor checks every entry's own key:
+where it found all it needed, it wrote nothing (a hit); where it compiled anything, rank 0
+packs the directory back as the archive (a miss, and a stale archive refreshed).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -20,16 +21,24 @@ import shutil
 import tarfile
 import tempfile
 import weakref
+import zlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ampbench import storage
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+from ampbench.results import CompileCacheOutcome
 
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
-CacheOutcome = Literal["hit", "miss"]
+# The value that turns the pipeline's default (a cache beside the checkpoints) off.
+OFF = "off"
+
+
+def location_of(setting: str | None) -> str | None:
+    """Where a compile_cache setting shares the cache: None for none, or OFF."""
+    return None if not setting or setting == OFF else setting
 
 
 def archive_name(model: str, batch_size: int, precision: str, graph: dict[str, Any]) -> str:
@@ -41,18 +50,21 @@ def archive_name(model: str, batch_size: int, precision: str, graph: dict[str, A
 
 
 class CompileCache:
-    """One process's Inductor cache, filled from and written back to a shared archive."""
+    """One process's Inductor cache, filled from and written back to a shared archive; the
+    directory lives as long as this object (compiled code may still be loaded from it)."""
 
     def __init__(self, location: str, name: str) -> None:
         self.archive = storage.join(location, name)
         self.directory = Path(tempfile.mkdtemp(prefix="ampbench-inductor-"))
         weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
-        self.outcome: CacheOutcome = "miss"
+        self.fetched = False
+        self._unpacked: set[Path] = set()
         self._saved: dict[str, str | None] = {}
 
     def __enter__(self) -> CompileCache:
         """Unpack the archive, if there is one, and point Inductor and Triton at it."""
-        self.outcome = "hit" if self._unpack() else "miss"
+        self.fetched = self._unpack()
+        self._unpacked = self._files()
         environment = {
             INDUCTOR_CACHE_ENV: str(self.directory),
             TRITON_CACHE_ENV: str(self.directory / "triton"),
@@ -69,19 +81,35 @@ class CompileCache:
             else:
                 os.environ[name] = value
 
+    def finish(self, store: bool) -> CompileCacheOutcome:
+        """Once the step is compiled: a hit where the archive held all Inductor needed (it
+        wrote nothing new); otherwise a miss, and with `store` the directory is packed back."""
+        if self.fetched and self._files() <= self._unpacked:
+            return "hit"
+        if store:
+            self._store()
+        return "miss"
+
+    def _files(self) -> set[Path]:
+        return {path for path in self.directory.rglob("*") if path.is_file()}
+
     def _unpack(self) -> bool:
+        if not hasattr(tarfile, "data_filter"):  # Python before 3.10.12 / 3.11.4
+            log.warning("compile cache: this Python cannot unpack archives safely; not used")
+            return False
         try:
             data = storage.read_bytes_if_any(self.archive)
-        except AmpbenchError as error:
+        except (AmpbenchError, OSError) as error:
             log.warning("compile cache: %s; compiling without it", error)
             return False
         if data is None:
             log.info("compile cache: nothing at %s yet; compiling", self.archive)
             return False
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+            # gzip.decompress checks the stream's CRC, which tarfile's reader never reaches.
+            with tarfile.open(fileobj=io.BytesIO(gzip.decompress(data)), mode="r:") as archive:
                 archive.extractall(self.directory, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as error:
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
             log.warning("compile cache: %s is unreadable (%s); compiling", self.archive, error)
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory.mkdir()
@@ -89,29 +117,32 @@ class CompileCache:
         log.info("compile cache: %s (%.1f MB) unpacked", self.archive, len(data) / 2**20)
         return True
 
-    def store(self) -> None:
-        """After a miss: the directory, as compiled, becomes the archive (a failure to write
-        it is a warning; the training goes on)."""
-        if self.outcome == "hit":
-            return
-        with tempfile.TemporaryDirectory() as scratch:
-            packed = Path(scratch) / "cache.tar.gz"
-            with tarfile.open(packed, "w:gz") as archive:
-                archive.add(self.directory, arcname=".")
-            try:
+    def _store(self) -> None:
+        """The directory, as compiled, becomes the archive; a failure is a warning (the
+        training goes on)."""
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                packed = Path(scratch) / "cache.tar.gz"
+                with tarfile.open(packed, "w:gz") as archive:
+                    archive.add(self.directory, arcname=".")
                 _write(packed, self.archive)
-            except (AmpbenchError, OSError) as error:
-                log.warning("compile cache: not written (%s)", error)
-                return
+        except (AmpbenchError, OSError, tarfile.TarError) as error:
+            log.warning("compile cache: %s not written (%s)", self.archive, error)
+            return
         log.info("compile cache: wrote %s", self.archive)
 
 
 def _write(packed: Path, target: str) -> None:
-    """The archive in place whole: readers of a local directory never see a part of it."""
+    """The archive in place whole: readers of a shared directory never see a part of it."""
     if storage.is_s3(target):
         storage.upload(packed, target)
         return
-    Path(target).parent.mkdir(parents=True, exist_ok=True)
-    partial = f"{target}.partial-{os.getpid()}"
-    shutil.copyfile(packed, partial)
-    os.replace(partial, target)
+    folder = Path(target).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=folder, prefix=".partial-")
+    os.close(handle)
+    try:
+        shutil.copyfile(packed, partial)
+        os.replace(partial, target)
+    finally:
+        Path(partial).unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from ampbench.argtypes import (
 from ampbench.errors import AmpbenchError
 from ampbench.settings import setting
 from ampbench.train import AMP_PRECISION, GRAD_COMM, MODELS
+from ampbench.train.compile_cache import location_of
 
 # --model's three forms, for help texts and errors.
 MODEL_FORMS = (
@@ -52,7 +53,8 @@ class TrainConfig:
         None,
         "with --compile: a local directory or s3:// prefix where processes share what they "
         "compiled (Inductor's cache, one archive per model, batch, precision and device), so a "
-        "graph compiled once is fetched rather than compiled again (a hit, recorded)",
+        "graph compiled once is fetched rather than compiled again (a hit, recorded); a "
+        "pipeline's tasks share one beside their checkpoints unless this is 'off'",
         parse=str,
     )
     deterministic: bool = setting(False, "deterministic algorithms")
@@ -174,7 +176,7 @@ class TrainConfig:
                 "--compile with --warmup-steps 0: compilation would be timed as training; "
                 "give it at least one warm-up step"
             )
-        if self.compile_cache and not self.compile:
+        if location_of(self.compile_cache) and not self.compile:
             raise AmpbenchError("--compile-cache: needs --compile (nothing is compiled without)")
         if (self.resume or self.checkpoint_every) and not self.checkpoint_dir:
             raise AmpbenchError("--resume and --checkpoint-every: need --checkpoint-dir")

@@ -34,6 +34,7 @@ from ampbench.results import ArmResults, EpochRecord
 from ampbench.train import distributed
 from ampbench.train.arm import ArmSetup
 from ampbench.train.checkpoint import host_copy
+from ampbench.train.compile_cache import CompileCache
 from ampbench.train.config import TrainConfig
 from ampbench.train.data import epoch_order
 from ampbench.train.device import sync
@@ -58,6 +59,7 @@ class Trainer(ArmSetup):
         self.run_step = StepRunner(lambda inputs: self.train_step(self.model, inputs))
         self.resumed_from: str | None = None
         self.warm = WarmUpRecord()
+        self.compile_cache: CompileCache | None = None  # kept: compiled code lives in it
         self.startup.state_ready()  # last in __init__: the warm-up can start
 
     def run(self) -> ArmResults:
@@ -194,17 +196,16 @@ class Trainer(ArmSetup):
             return
         order = epoch_order(len(self.train_data), self.config.seed, self.state.epoch, self.device)
         started = time.perf_counter()
-        cache = self.shared_compile_cache()  # fetched on the warm-up's clock, as compiling would be
-        with cache or contextlib.nullcontext():
+        self.compile_cache = self.shared_compile_cache()  # fetched on the warm-up's clock
+        with self.compile_cache or contextlib.nullcontext():
             self.warm_up_steps(order, counted_in_warm_up, started)
             sync(self.device)
             self.training.load(saved)
             if self.cuda_graphs:
                 self.capture()
-            if cache is not None and self.world.rank == 0:
-                cache.store()
-        self.warm.compile_cache = cache.outcome if cache is not None else None
-        self.warm.seconds = time.perf_counter() - started
+            self.warm.seconds = time.perf_counter() - started
+            if self.compile_cache is not None:  # packed back (rank 0) off the clock
+                self.warm.compile_cache = self.compile_cache.finish(store=self.world.rank == 0)
         log.info(
             "warm-up: %d steps%s in %.1f s%s, undone; not counted in training time",
             steps,

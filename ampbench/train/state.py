@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from ampbench.logs import log
+from ampbench.results import CompileCacheOutcome
 from ampbench.train import distributed
 
 
@@ -20,7 +21,7 @@ class WarmUpRecord:
 
     seconds: float = 0.0
     compile_s: float = 0.0  # its first step, where a compiled model compiles
-    compile_cache: Literal["hit", "miss"] | None = None  # compile_cache.CompileCache's outcome
+    compile_cache: CompileCacheOutcome | None = None  # with a shared compile cache
 
 
 @dataclass
