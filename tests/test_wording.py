@@ -119,6 +119,7 @@ def test_every_warning_reads_as_written_in_print_order() -> None:
         classes=100,
         missed_target=["amp seed 2", "bf16 seed 0"],
         target_accuracy=0.75,
+        fetched_compiled=["amp seed 0", "bf16 seed 1"],
     )
     assert notes.warnings() == [
         "Compared although the arms differ in more than precision (--allow-mismatch): "
@@ -136,8 +137,11 @@ def test_every_warning_reads_as_written_in_print_order() -> None:
         "to judge accuracy.",
         "Never reached the target accuracy 0.75: amp seed 2, bf16 seed 0 (their time to target "
         "is left out, and so are their pairs in the time-to-target ratio).",
+        "Fetched the compiled step from the compile cache: amp seed 0, bf16 seed 1; the other "
+        "runs compiled theirs. Warm-up and end-to-end times differ by that as well as by "
+        "precision (training time and throughput do not include it).",
     ]
-    quiet = Notes([], [], {}, [], False, {}, [], 10, [], None)
+    quiet = Notes([], [], {}, [], False, {}, [], 10, [], None, [])
     assert quiet.warnings() == []
 
 
