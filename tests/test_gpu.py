@@ -160,6 +160,25 @@ def test_compile_on_the_gpu(synthetic_dataset: Path) -> None:
     assert_same_trajectory(compiled, eager, rel=0.1)
 
 
+def test_the_compile_cache_serves_the_next_run_on_the_gpu(
+    synthetic_dataset: Path, tmp_path: Path
+) -> None:
+    """The compiled step, Triton's kernels included, packed by one run and unpacked by the
+    next into a cache of its own: Inductor serves it from there and writes nothing new (a
+    hit), and the run trains alike."""
+    from torch._dynamo.utils import counters
+
+    settings = {"precision": "amp", "epochs": 3, "batch_size": 50, "lr": STABLE_LR}
+    settings |= {"compile": True, "compile_cache": str(tmp_path / "compile-cache")}
+    first, _ = train(config(synthetic_dataset, **settings))
+    counters.clear()
+    second, _ = train(config(synthetic_dataset, **settings))
+    assert (first.timing.compile_cache, second.timing.compile_cache) == ("miss", "hit")
+    assert counters["inductor"]["fxgraph_cache_hit"] > 0
+    assert counters["inductor"]["fxgraph_cache_miss"] == 0
+    assert_same_trajectory(first, second, rel=0.05)
+
+
 def assert_same_trajectory(a: Any, b: Any, rel: float) -> None:
     """Per-epoch training loss within `rel` of each other, and test accuracy within 5 points:
     the same training, up to the kernels' own rounding (cuDNN's backward sums with atomics)."""
