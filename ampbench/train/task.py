@@ -62,7 +62,9 @@ def run_train_task(
 
     With a checkpoint directory (the parameter, or in a pod the ConfigMap's), a retried task
     (a preempted node) resumes from its newest checkpoint, which it writes every
-    checkpoint_every steps (0: at epoch ends); a first attempt starts fresh.
+    checkpoint_every steps (0: at epoch ends); a first attempt starts fresh. A compiled arm
+    shares its compiled step in config.compile_cache, or else beside the checkpoints ("off":
+    nowhere).
     """
     setup_logging()  # a malformed $RANK is one line too
     if tracking is not None:
@@ -76,7 +78,7 @@ def run_train_task(
         )
     name = run_name(config.model, config.batch_size, config.precision, config.seed)
     run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
-    # Compiled graphs are shared beside the checkpoints, across arms, seeds and pipeline runs.
+    # Beside the checkpoints, a compiled step is shared across seeds and pipeline runs.
     beside_checkpoints = storage.join(checkpoint_dir, COMPILE_CACHE_DIR) if checkpoint_dir else None
     config = dataclasses.replace(
         config,
