@@ -1,5 +1,5 @@
-"""A step's process: its own start-up, as an arm's results record it (results.Startup), and
-a quicker exit.
+"""A step's process: its own start-up, as an arm's results record it (results.Startup), a
+quicker exit, and environment variables set for a while.
 
 The start-up is measured from the moment the kernel started the process, so that the
 interpreter's start and every import count, which no clock started inside Python could see.
@@ -9,9 +9,11 @@ Standard library only: the engine records it on bare GPU machines too.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
 import time
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -66,3 +68,19 @@ def skip_final_collection() -> None:
     the operating system, as at any process's end."""
     # atexit runs the last registered first: called early, this runs after later ones.
     atexit.register(gc.freeze)
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """These environment variables set for the block (for the processes it starts, or a
+    library that reads them), then as they were, unset where they were unset."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

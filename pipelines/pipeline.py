@@ -36,7 +36,7 @@ class PipelineOutputs(NamedTuple):
     report: dsl.Markdown
     report_html: dsl.HTML
     plots: dsl.Artifact
-    models: list[dsl.Model]
+    models: list[dsl.Model]  # last: the fields before it are the compare step's
 
 
 # The pipeline's parameters are the experiment's leaves (ampbench/experiment.py): KFP reads
@@ -172,13 +172,8 @@ def build_pipeline(
         ).set_display_name("compare")
         compared.set_caching_options(False)
         use_cluster_settings(compared, e.resources)
-        return PipelineOutputs(
-            compared.outputs["comparison"],
-            compared.outputs["report"],
-            compared.outputs["report_html"],
-            compared.outputs["plots"],
-            dsl.Collected(task.outputs["model"]),
-        )
+        compare_outputs = (compared.outputs[name] for name in PipelineOutputs._fields[:-1])
+        return PipelineOutputs._make([*compare_outputs, dsl.Collected(task.outputs["model"])])
 
     ampbench_pipeline.__signature__ = SIGNATURE  # type: ignore[attr-defined]
     ampbench_pipeline.__doc__ = DOCSTRING

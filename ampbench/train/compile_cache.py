@@ -28,6 +28,7 @@ from typing import Any
 from ampbench import storage
 from ampbench.errors import AmpbenchError
 from ampbench.logs import log
+from ampbench.process import environment
 from ampbench.results import CompileCacheOutcome
 
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -59,27 +60,22 @@ class CompileCache:
         weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
         self.fetched = False
         self._unpacked: set[Path] = set()
-        self._saved: dict[str, str | None] = {}
+        self._environment = environment(
+            {
+                INDUCTOR_CACHE_ENV: str(self.directory),
+                TRITON_CACHE_ENV: str(self.directory / "triton"),
+            }
+        )
 
     def __enter__(self) -> CompileCache:
         """Unpack the archive, if there is one, and point Inductor and Triton at it."""
         self.fetched = self._unpack()
         self._unpacked = self._files()
-        environment = {
-            INDUCTOR_CACHE_ENV: str(self.directory),
-            TRITON_CACHE_ENV: str(self.directory / "triton"),
-        }
-        for name, value in environment.items():
-            self._saved[name] = os.environ.get(name)
-            os.environ[name] = value
+        self._environment.__enter__()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        for name, value in self._saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    def __exit__(self, *exc_info: Any) -> None:
+        self._environment.__exit__(*exc_info)
 
     def finish(self, store: bool) -> CompileCacheOutcome:
         """Once the step is compiled: a hit where the archive held all Inductor needed (it

@@ -9,11 +9,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from ampbench import storage
 from ampbench.cluster import CHECKPOINT_URI_ENV
 from ampbench.errors import ERROR_FILE_ENV, AmpbenchError, read_step_errors, step_error_message
 from ampbench.logs import log
+from ampbench.process import environment
 from ampbench.results import (
     RESULTS_FILE,
     ArmResults,
@@ -155,7 +154,9 @@ def torchrun(processes: int, hand_off: str) -> None:
     with tempfile.TemporaryDirectory(prefix="ampbench-torchrun-") as tmp:
         errors = Path(tmp) / "errors"
         try:
-            with _process_errors_in(errors):
+            # The processes record their errors here, not where the step records its own: the
+            # step's error, made of theirs, is the one to report.
+            with environment({ERROR_FILE_ENV: str(errors)}):
                 run(launch)
         except ChildFailedError as error:
             rank, failure = error.get_first_failure()
@@ -176,21 +177,6 @@ def torchrun(processes: int, hand_off: str) -> None:
                 # them, nor could this.
                 if handler is not None and signal.getsignal(signum) is not handler:
                     signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def _process_errors_in(path: Path) -> Iterator[None]:
-    """The training processes record their one-line errors here, not where the step records
-    its own: the step's error, made of theirs, is the one to report."""
-    previous = os.environ.get(ERROR_FILE_ENV)
-    os.environ[ERROR_FILE_ENV] = str(path)
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[ERROR_FILE_ENV]
-        else:
-            os.environ[ERROR_FILE_ENV] = previous
 
 
 def collect_outputs(
