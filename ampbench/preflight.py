@@ -1,15 +1,14 @@
-"""The checks made before anything trains, written once. `ampbench run` and `ampbench submit`
-call preflight before they start a pipeline, and the pipeline's prepare step again where it
-runs (a submitted run's parameters may have been set in the Kubeflow UI), then
-preflight_dataset on the data it prepared: training tasks are retried on failure, so a user's
-mistake must reach the user there, once, in one line. Every training process, however it was
-started, calls preflight_arm before it reads any data."""
+"""The checks made before anything trains, written once, in the one function every entry point
+calls: preflight(config, where). A user's mistake must reach the user once, in one line, before
+any work: a pipeline's training tasks are retried on failure, so the pipeline checks its
+experiment before it starts and in its prepare step, and every training process checks its own
+arm before it reads any data."""
 
 from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ampbench.cluster import check_tracking_server
 from ampbench.errors import AmpbenchError
@@ -22,19 +21,61 @@ if TYPE_CHECKING:
 
     from ampbench.train.precision import Precision
 
-# run: the local runner trains on this machine; submit: a cluster will; prepare: the
-# pipeline's first step, on the cluster or under the local runner.
-Where = Literal["run", "submit", "prepare"]
+# Where preflight runs, in the order a pipeline run meets them:
+#   run       `ampbench run`: the local runner will train on this machine;
+#   submit    `ampbench submit`: a cluster will;
+#   prepare   the pipeline's first step, before its data (a submitted run's parameters may
+#             have been set in the Kubeflow UI);
+#   prepared  the same step with its data prepared: each group of runs against the data;
+#   train     a training process however started (the train step, `ampbench train`, a
+#             torchrun rank, a TrainJob's node): its arm on its device and data.
+Where = Literal["run", "submit", "prepare", "prepared", "train"]
+ExperimentWhere = Literal["run", "submit", "prepare"]
 
 
-def preflight(experiment: Experiment, where: Where) -> list[MatrixRun]:
-    """The experiment's runs, checked; raises AmpbenchError naming the first mistake.
+@overload
+def preflight(config: Experiment, where: ExperimentWhere) -> list[MatrixRun]: ...
+@overload
+def preflight(
+    config: Experiment, where: Literal["prepared"], *, dataset: dict[str, Any]
+) -> list[MatrixRun]: ...
+@overload
+def preflight(
+    config: TrainConfig, where: Literal["train"], *, device: torch.device, processes: int
+) -> tuple[Precision, dict[str, Any]]: ...
+def preflight(
+    config: Experiment | TrainConfig,
+    where: Where,
+    *,
+    dataset: dict[str, Any] | None = None,
+    device: torch.device | None = None,
+    processes: int = 1,
+) -> list[MatrixRun] | tuple[Precision, dict[str, Any]]:
+    """Check `config` where it is about to be used; raises AmpbenchError naming the first
+    mistake.
 
-    Everywhere: the resources, the matrix (keys, a baseline in every group, no run twice) and
-    every group's training settings. In the prepare step, a tracking server where tracking is
-    on (in a pod). For `run`, every precision must run natively on this machine (or emulated
-    where allowed). An empty matrix (the prepare step run by itself) checks no runs.
+    An experiment (run, submit, prepare, prepared): the resources, the matrix (keys, a baseline
+    in every group, no run twice) and every group's training settings as its tasks will check
+    them. prepare: a tracking server where tracking is on (in a pod); an empty matrix (the
+    step run by itself) checks no runs. prepared: each group against `dataset`, the prepared
+    data's metadata. run: every precision native on this machine (or emulated where allowed).
+    Returns the runs.
+
+    One arm (train): its settings, its precision on `device`, and its prepared data set
+    (config.dataset_dir) against the settings with `processes` processes. Returns the
+    precision resolved and the data's metadata.
     """
+    if isinstance(config, TrainConfig):
+        assert where == "train" and device is not None, "an arm is checked on its device"
+        return _check_arm(config, device, processes)
+    runs = _check_experiment(config, where)
+    if where == "prepared":
+        assert dataset is not None, "the prepared data is what 'prepared' checks against"
+        _check_against_data(config, runs, dataset)
+    return runs
+
+
+def _check_experiment(experiment: Experiment, where: Where) -> list[MatrixRun]:
     resources = experiment.resources
     for name, least in (("num_nodes", 1), ("gpu_count", 0)):
         value = int(getattr(resources, name))
@@ -45,7 +86,7 @@ def preflight(experiment: Experiment, where: Where) -> list[MatrixRun]:
     if where == "prepare" and experiment.tracking.tracking:
         check_tracking_server()
     arms = experiment.arms
-    if not arms.runs and where == "prepare":
+    if not arms.runs and where in ("prepare", "prepared"):
         return []
     runs = check_matrix(
         arms.runs,
@@ -61,11 +102,10 @@ def preflight(experiment: Experiment, where: Where) -> list[MatrixRun]:
     return runs
 
 
-def preflight_dataset(
+def _check_against_data(
     experiment: Experiment, runs: list[MatrixRun], metadata: dict[str, Any]
 ) -> None:
-    """The prepare step's check once the data is prepared: each (model, batch size) group of
-    the runs against it (check_against_dataset)."""
+    """Each (model, batch size) group of the runs against the prepared data."""
     for model, batch_size in sorted({(run.model, run.batch_size) for run in runs}):
         check_against_dataset(
             metadata,
@@ -76,12 +116,9 @@ def preflight_dataset(
         )
 
 
-def preflight_arm(
+def _check_arm(
     config: TrainConfig, device: torch.device, processes: int
 ) -> tuple[Precision, dict[str, Any]]:
-    """What every training process checks before it reads any data (data prepared elsewhere,
-    a hand-off file, a TrainJob's node): the settings, the precision on this device, and the
-    prepared data set against the settings. The precision resolved and the data's metadata."""
     from ampbench.dataset_format import read_metadata
     from ampbench.train.precision import resolve
 

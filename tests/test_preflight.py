@@ -1,6 +1,6 @@
-"""preflight: the checks `ampbench run`, `ampbench submit` and the prepare step make before
-anything trains, each a one-line error, and which of them each entry point makes; and
-preflight_arm, which every training process makes."""
+"""preflight: the checks every entry point makes before anything trains, each a one-line
+error, and which of them each makes: `ampbench run`, `ampbench submit` and the prepare step
+(before and after its data) on the experiment, every training process on its arm."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ampbench.cluster import POD_ENV
 from ampbench.errors import AmpbenchError
 from ampbench.experiment import Experiment
 from ampbench.matrix import DEFAULT_RUNS, matrix_runs
-from ampbench.preflight import preflight, preflight_arm
+from ampbench.preflight import preflight
 from ampbench.train.config import TrainConfig
 
 WHERE = ("run", "submit", "prepare")
@@ -73,6 +73,27 @@ def test_the_prepare_step_in_a_pod_refuses_tracking_without_a_server(
     assert preflight(plan(DEFAULT_RUNS, tracking=True), "submit")
 
 
+def test_the_prepare_step_checks_each_group_against_the_data_it_prepared(
+    synthetic_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prepared: the groups against the data (global batch, model on its images); the
+    tracking server was the first call's to check, and the step alone has no runs."""
+    from ampbench.dataset_format import read_metadata
+
+    metadata = read_metadata(synthetic_dataset)  # 1,000 training images
+    monkeypatch.setenv(POD_ENV, "10.0.0.1")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    fits = matrix_runs(["small-cnn"], [500], ["bf16"], [0])
+    assert len(preflight(plan(fits, tracking=True), "prepared", dataset=metadata)) == 2
+    assert preflight(plan(), "prepared", dataset=metadata) == []
+    with pytest.raises(AmpbenchError) as raised:
+        preflight(plan(fits, gpu_count=3), "prepared", dataset=metadata)
+    assert str(raised.value) == (
+        "--batch-size 500 x 3 processes (a global batch of 1,500): larger than the 1,000 "
+        "training images"
+    )
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="TF32 runs on a CUDA GPU")
 def test_run_trains_here_so_each_precision_must_run_here() -> None:
     """TF32 is a CUDA mode: a CPU refuses it, emulation or not, for `run` alone."""
@@ -98,22 +119,27 @@ def test_every_training_leaf_is_checked_as_a_task_would(where: str) -> None:
 def test_every_training_process_checks_settings_then_precision_then_data(
     synthetic_dataset: Path, tmp_path: Path
 ) -> None:
-    """preflight_arm, as each training process calls it: a bad setting or a precision this
-    device cannot run is refused before any data set is read (here there is none), and what
-    the data rules out names the data set."""
+    """preflight(config, "train"), as each training process calls it: a bad setting or a
+    precision this device cannot run is refused before any data set is read (here there is
+    none), and what the data rules out names the data set."""
     cpu = torch.device("cpu")
     nowhere = tmp_path / "no-dataset"
     with pytest.raises(AmpbenchError, match=r"^--lr: must be positive, not 0.0$"):
-        preflight_arm(TrainConfig(nowhere, precision="fp32", lr=0.0), cpu, 1)
+        preflight(TrainConfig(nowhere, precision="fp32", lr=0.0), "train", device=cpu, processes=1)
     with pytest.raises(AmpbenchError, match=r"^--precision tf32: TF32 is a CUDA tensor-core mode"):
-        preflight_arm(TrainConfig(nowhere, precision="tf32", allow_emulated=True), cpu, 1)
+        preflight(
+            TrainConfig(nowhere, precision="tf32", allow_emulated=True),
+            "train",
+            device=cpu,
+            processes=1,
+        )
     with pytest.raises(AmpbenchError, match="not a prepared dataset"):
-        preflight_arm(TrainConfig(nowhere, precision="fp32"), cpu, 1)
+        preflight(TrainConfig(nowhere, precision="fp32"), "train", device=cpu, processes=1)
     config = TrainConfig(synthetic_dataset, precision="fp32", batch_size=100, model="small-cnn")
-    precision, metadata = preflight_arm(config, cpu, 10)
+    precision, metadata = preflight(config, "train", device=cpu, processes=10)
     assert precision.name == "fp32" and metadata["counts"]["train"] == 1000
     with pytest.raises(AmpbenchError) as raised:
-        preflight_arm(config, cpu, 11)
+        preflight(config, "train", device=cpu, processes=11)
     assert str(raised.value) == (
         f"{synthetic_dataset}: --batch-size 100 x 11 processes (a global batch of 1,100): "
         "larger than the 1,000 training images"

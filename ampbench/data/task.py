@@ -9,7 +9,7 @@ from typing import Any
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.experiment import Experiment
 from ampbench.logs import setup_logging
-from ampbench.preflight import preflight, preflight_dataset
+from ampbench.preflight import preflight
 
 
 def run_prepare_task(
@@ -24,10 +24,10 @@ def run_prepare_task(
     metadata, having checked the experiment before and each arm's batch and model against the
     data after (no runs: the data alone)."""
     setup_logging()  # a malformed $RANK is one line too
-    runs = preflight(experiment, "prepare")
+    preflight(experiment, "prepare")
     subset = experiment.dataset.subset
     metadata = prepare_dataset(
         data, output, subset=subset, val_fraction=val_fraction, options=options
     )
-    preflight_dataset(experiment, runs, metadata)
+    preflight(experiment, "prepared", dataset=metadata)
     return metadata

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ampbench.logs import log
-from ampbench.preflight import preflight_arm
+from ampbench.preflight import preflight
 from ampbench.process import StartupClock
 from ampbench.train import distributed
 from ampbench.train.checkpoint import Checkpointer, TrainingState, fingerprint
@@ -79,7 +79,9 @@ class ArmSetup:
         self.device = pick_device(
             config.device, self.world.local_rank if self.world.distributed else None
         )
-        self.precision, self.metadata = preflight_arm(config, self.device, self.world.size)
+        self.precision, self.metadata = preflight(
+            config, "train", device=self.device, processes=self.world.size
+        )
         distributed.join(self.world, self.device)
         self.device_record = device_record(self.device)
         log.info("precision: %s (%s)", self.precision.label, self.precision.support)
@@ -93,7 +95,7 @@ class ArmSetup:
         self.startup = StartupClock()  # imports done, the device initialised
 
     def _read_data(self) -> None:
-        """The data set (preflight_arm checked it against the settings) onto the device."""
+        """The data set (preflight checked it against the settings) onto the device."""
         config = self.config
         self.train_data, self.eval_data = read_to_device(
             Path(config.dataset_dir),

@@ -281,7 +281,7 @@ def check_against_dataset(
     image_size: int = 0,
     processes: int = 1,
 ) -> None:
-    """Refuse settings that a prepared data set rules out (preflight_dataset and preflight_arm).
+    """Refuse settings that a prepared data set rules out (preflight, where prepared and train).
     A setting left at 0 or "" is not checked. batch_size is each of the arm's `processes`'
     (processes_per_arm): one step takes batch_size x processes images. The model is built and
     run on its images (as --image-size resizes them) on the meta device: models.check_model."""
