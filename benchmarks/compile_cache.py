@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import archive_argument, median, table, write_json
 
+from ampbench.argtypes import positive_int
 from ampbench.results import read_arm_results
+from ampbench.train import PRECISIONS
 from ampbench.train.precision import cpu_capability, cpu_name
 
 AMPBENCH = [sys.executable, "-m", "ampbench.cli"]
@@ -67,11 +69,11 @@ def one_repeat(args: argparse.Namespace, dataset: Path, work: Path) -> list[dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     archive_argument(parser)
-    parser.add_argument("--subset", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--subset", type=positive_int, default=512)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--model", default="small-cnn")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not args.data.is_file():
