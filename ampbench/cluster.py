@@ -48,7 +48,7 @@ def check_tracking_server() -> None:
     if not uri.startswith(("http://", "https://", "databricks")):
         found = f"it is '{uri}'" if uri else "it is not set"
         raise AmpbenchError(
-            f"tracking is on, but MLFLOW_TRACKING_URI names no tracking server ({found}; the "
+            f"tracking is on, but {TRACKING_URI_ENV} names no tracking server ({found}; the "
             f"ConfigMap '{CONFIG_MAP}' is missing or lacks it): runs would be lost with the pod. "
             "Deploy manifests/ or set the config_map parameter, or run with tracking=False"
         )

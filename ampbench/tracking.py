@@ -42,6 +42,7 @@ STATE_DICT_ARTIFACT = "model/state_dict.pth"
 # The experiment tag the MLflow 3 UI reads to choose between its model-training and GenAI views.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
+UI_HOST = "127.0.0.1"  # `ampbench ui` serves this machine only
 UI_PORT = 5000  # `ampbench ui`'s default port
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -68,7 +69,7 @@ def local_store() -> bool:
 
 def local_ui_base(port: int = UI_PORT) -> str:
     """Where `ampbench ui` serves a local store's UI."""
-    return f"http://127.0.0.1:{port}"
+    return f"http://{UI_HOST}:{port}"
 
 
 def ui_base() -> str | None:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import archive_argument, median, table, write_json
 
 from ampbench.argtypes import positive_int
-from ampbench.results import read_arm_results
+from ampbench.results import RESULTS_FILE, read_arm_results
 from ampbench.train import PRECISIONS
 from ampbench.train.precision import cpu_capability, cpu_name
 
@@ -49,7 +49,7 @@ def one_repeat(args: argparse.Namespace, dataset: Path, work: Path) -> list[dict
             "--compile", "--compile-cache", str(location), "--allow-emulated",
             "--no-tracking", "--output-dir", str(out),
         )  # fmt: skip
-        timing = read_arm_results(out / "results.json").timing
+        timing = read_arm_results(out / RESULTS_FILE).timing
         archives = list(location.glob("*.tar.gz")) if location.is_dir() else []
         if not archives:
             sys.exit(f"compile_cache: the {run} run left no archive in {location}")

@@ -31,7 +31,9 @@ from pathlib import Path
 
 from common import archive_argument, median, table, write_json
 
+from ampbench.pipelines.local import ANSI_ESCAPE, PIPELINE_ROOT, RUN_LOG
 from ampbench.results import read_arm_results
+from ampbench.tracking import TRACKING_URI_ENV
 from ampbench.train.config import TrainConfig
 from ampbench.train.precision import cpu_capability, cpu_name
 
@@ -48,7 +50,7 @@ def task_durations(run_log: Path) -> list[tuple[str, float]]:
     time)."""
     durations, started = [], None
     for line in run_log.read_text(encoding="utf-8").splitlines():
-        match = TASK_LINE.match(re.sub(r"\x1b\[[0-9;]*m", "", line))
+        match = TASK_LINE.match(ANSI_ESCAPE.sub("", line))
         if not match:
             continue
         stamp = datetime.datetime.strptime(match[1], "%H:%M:%S.%f")
@@ -75,7 +77,7 @@ def one_run(
     archive: Path, subset: int, epochs: int, matrix: list[str], work: Path
 ) -> list[dict[str, object]]:
     out = work / "out"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    env = {**os.environ, TRACKING_URI_ENV: f"sqlite:///{work / 'mlflow.db'}"}
     # Absolute: the run's working directory is `work`.
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(archive.resolve())]
     command += ["--subset", str(subset), "--epochs", str(epochs), *matrix, "--allow-emulated"]
@@ -84,9 +86,9 @@ def one_run(
     )
     if done.returncode != 0:
         sys.exit(f"matrix_overhead: ampbench run failed:\n{done.stderr[-3000:]}")
-    tasks = task_durations(out / "run.log")
+    tasks = task_durations(out / RUN_LOG)
     # Sequential schedule: the training tasks finished in the order their results were written.
-    results = sorted((out / "pipeline-root").rglob("results"), key=lambda p: p.stat().st_mtime)
+    results = sorted((out / PIPELINE_ROOT).rglob("results"), key=lambda p: p.stat().st_mtime)
     trains = [seconds for name, seconds in tasks if name.startswith("train")]
     shared = sum(seconds for name, seconds in tasks if not name.startswith("train"))
     if len(trains) != len(results):

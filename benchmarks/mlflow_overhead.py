@@ -32,7 +32,7 @@ from common import archive_argument, median, shrink_evaluation, table, write_jso
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
 from ampbench.results import RESULTS_FILE
-from ampbench.tracking import PRECISION_TAG, ArmRun
+from ampbench.tracking import PRECISION_TAG, TRACKING_URI_ENV, ArmRun
 from ampbench.train import BASELINE_PRECISION
 from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
@@ -77,7 +77,7 @@ def mlflow_server(root: Path) -> Iterator[str]:
 
 
 def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
-    os.environ["MLFLOW_TRACKING_URI"] = uri
+    os.environ[TRACKING_URI_ENV] = uri
     started = time.perf_counter()
     run = ArmRun(
         "overhead", "benchmark", {PRECISION_TAG: BASELINE_PRECISION}, {"lr": 0.1, "batch_size": 128}

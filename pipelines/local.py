@@ -38,7 +38,8 @@ from ampbench.train import DEFAULT_DATA
 
 MODELS_DIR = "models"
 RUN_LOG = "run.log"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PIPELINE_ROOT = "pipeline-root"  # under the output directory: the steps' outputs
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # the runner colours its lines on a terminal
 # On the terminal: the steps' own log lines and the runner's task starts and ends; the rest
 # (executor_input JSON, artifact reprs, the executor's chatter) goes to run.log only.
 _SHOWN = re.compile(
@@ -64,7 +65,7 @@ class _RunnerOutput(io.TextIOBase):
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            plain = _ANSI.sub("", line)
+            plain = ANSI_ESCAPE.sub("", line)
             if _SHOWN.match(plain):
                 self.terminal.write(plain.strip() + "\n")
         self.terminal.flush()
@@ -103,7 +104,7 @@ def run_local(arguments: dict[str, Any], output_dir: Path | None = None) -> Loca
     output_dir = (output_dir or default_output_dir()).absolute()
     if output_dir.exists() and any(output_dir.iterdir()):
         raise AmpbenchError(f"--output-dir {output_dir}: exists and is not empty")
-    pipeline_root = output_dir / "pipeline-root"
+    pipeline_root = output_dir / PIPELINE_ROOT
     pipeline_root.mkdir(parents=True, exist_ok=True)
     error_file = output_dir / "step-errors.txt"
     # The steps inherit this environment: one tracking store for all, and a place to leave

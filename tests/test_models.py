@@ -20,7 +20,7 @@ from ampbench.cli import main
 from ampbench.dataset_format import SplitTensors
 from ampbench.errors import AmpbenchError
 from ampbench.results import read_arm_results
-from ampbench.train import data
+from ampbench.train import MODELS, data
 from ampbench.train.config import (
     TrainConfig,
     check_against_dataset,
@@ -34,6 +34,7 @@ from ampbench.train.data import (
 )
 from ampbench.train.loop import train
 from ampbench.train.models import (
+    BUILT_IN,
     SmallViT,
     build_model,
     check_model,
@@ -276,6 +277,16 @@ def test_a_model_that_cannot_run_on_the_data_is_refused_before_any_data_is_read(
         line = error_line(capsys, train_argv(synthetic_dataset, tmp_path / "o", *options))
         assert f"ampbench: error: {synthetic_dataset}: {message}" in line, line
         assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_built_in_name_the_command_line_knows_builds_its_own_model(name: str) -> None:
+    """train.MODELS (torch-free, for the command line) and the builders name the same models,
+    and each builds for CIFAR's images with the classes asked for."""
+    assert tuple(BUILT_IN) == MODELS
+    with torch.device("meta"):
+        logits = build_model(name, 7, (3, 32, 32))(torch.empty(2, 3, 32, 32))
+    assert logits.shape == (2, 7)
 
 
 def test_the_check_uses_the_resized_shape_classes_and_channels() -> None:

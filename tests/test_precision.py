@@ -13,7 +13,7 @@ import torch
 
 from ampbench import schema
 from ampbench.errors import AmpbenchError
-from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, FP8_PRECISIONS, PRECISIONS
+from ampbench.train import AMP_PRECISION, BASELINE_PRECISION, PRECISIONS
 from ampbench.train import fp8 as fp8_module
 from ampbench.train import precision as precision_module
 from ampbench.train.config import TrainConfig
@@ -27,7 +27,7 @@ from ampbench.train.precision import (
     math_mode,
     resolve,
 )
-from ampbench.train.precisions import ALIASES, ARMS, CpuRule
+from ampbench.train.precisions import ALIASES, ARMS, FP8_RECIPES, CpuRule
 
 CPU = torch.device("cpu")
 CPUINFO_X86 = [
@@ -568,7 +568,7 @@ def test_without_torchao_only_the_fp8_arms_are_refused(
 # -- the registry, as each reader uses it -------------------------------------------------------
 def test_the_registry_lists_the_precisions_in_the_command_lines_order() -> None:
     assert PRECISIONS == ("fp32", "tf32", "fp16", "bf16", "amp", "fp8", "fp8-rowwise")
-    assert FP8_PRECISIONS == ("fp8", "fp8-rowwise")
+    assert FP8_RECIPES == {"fp8": "tensorwise", "fp8-rowwise": "rowwise"}
     assert (BASELINE_PRECISION, AMP_PRECISION) == ("fp32", "amp")
     assert set(ARMS) | set(ALIASES) == set(PRECISIONS)
     assert {alias.on("cuda") for alias in ALIASES.values()} <= set(ARMS)

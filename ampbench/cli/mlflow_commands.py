@@ -15,7 +15,7 @@ from pathlib import Path
 from ampbench.argtypes import positive_int
 from ampbench.cli.options import add_experiment_options
 from ampbench.errors import AmpbenchError
-from ampbench.tracking import UI_PORT
+from ampbench.tracking import TRACKING_URI_ENV, UI_HOST, UI_PORT
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -53,8 +53,8 @@ def _report(args: argparse.Namespace) -> int:
 
 # -- ui -----------------------------------------------------------------------------------------
 def add_ui(parser: argparse.ArgumentParser) -> None:
-    parser.description = "Start the MLflow UI on 127.0.0.1 over the tracking store that runs use."
-    parser.add_argument("--port", type=positive_int, default=UI_PORT, help="port on 127.0.0.1")
+    parser.description = f"Start the MLflow UI on {UI_HOST} over the tracking store that runs use."
+    parser.add_argument("--port", type=positive_int, default=UI_PORT, help=f"port on {UI_HOST}")
     add_experiment_options(parser, names=("experiment",))
     parser.set_defaults(handler=_ui)
 
@@ -72,7 +72,7 @@ def _ui(args: argparse.Namespace) -> int:
     uri = tracking_uri()
     if not local_store():
         raise AmpbenchError(
-            f"MLFLOW_TRACKING_URI is {safe_tracking_uri()}: open that server's own UI instead"
+            f"{TRACKING_URI_ENV} is {safe_tracking_uri()}: open that server's own UI instead"
         )
     base = local_ui_base(args.port)
     _check_port_free(args.port)
@@ -86,7 +86,7 @@ def _ui(args: argparse.Namespace) -> int:
     # One worker: one person browsing. The server and its worker get a process group of their
     # own, so that stopping this command (Ctrl-C, SIGTERM, SIGHUP) stops all of them.
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
-    command += ["--host", "127.0.0.1", "--port", str(args.port), "--workers", "1"]
+    command += ["--host", UI_HOST, "--port", str(args.port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(command, env=env, start_new_session=True)
 
@@ -109,7 +109,7 @@ def _check_port_free(port: int) -> None:
 
     with socket.socket() as probe:
         try:
-            probe.bind(("127.0.0.1", port))
+            probe.bind((UI_HOST, port))
         except OSError as error:
             raise AmpbenchError(
                 f"--port {port}: cannot serve there ({error.strerror}); pass another --port"

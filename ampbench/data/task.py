@@ -31,3 +31,13 @@ def run_prepare_task(
     )
     preflight(experiment, "prepared", dataset=metadata)
     return metadata
+
+
+def dataset_artifact_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What the prepare step's dataset artifact shows of the prepared data's metadata."""
+    return {
+        "classes": metadata["classes"],
+        "counts": metadata["counts"],
+        "image_shape": metadata["image_shape"],
+        "source_sha256": metadata["source"]["sha256"],
+    }

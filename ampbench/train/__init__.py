@@ -4,7 +4,7 @@ The names below are here, free of torch, so that a command line can offer them q
 """
 
 # The --precision names and the published pair, kept in the registry (precisions.py).
-from ampbench.train.precisions import AMP_PRECISION, BASELINE_PRECISION, FP8_PRECISIONS, PRECISIONS
+from ampbench.train.precisions import AMP_PRECISION, BASELINE_PRECISION, PRECISIONS
 
 # The published experiment's data set, and so what `ampbench run` and the pipeline train on.
 DEFAULT_DATA = "cifar10"
@@ -25,7 +25,6 @@ __all__ = [
     "AMP_PRECISION",
     "BASELINE_PRECISION",
     "DEFAULT_DATA",
-    "FP8_PRECISIONS",
     "GRAD_COMM",
     "MODELS",
     "PRECISIONS",

@@ -124,57 +124,54 @@ def _dense(with_sparsity: float) -> float:
 
 # Each entry's figures as its source prints them (the comment above it); * marks one "with
 # sparsity", halved by _dense; where both are printed ("183 | 366*"), the dense one is used.
-H100_DATASHEET = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
-H100_PAGE = "https://www.nvidia.com/en-us/data-center/h100/"
-H200_PAGE = "https://www.nvidia.com/en-us/data-center/h200/"
-A100_DATASHEET = (
-    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
-)
-L4_PAGE = "https://www.nvidia.com/en-us/data-center/l4/"
-L40S_PAGE = "https://www.nvidia.com/en-us/data-center/l40s/"
-L40_PAGE = "https://www.nvidia.com/en-us/data-center/l40/"
-A10_PAGE = "https://www.nvidia.com/en-us/data-center/products/a10-gpu/"
-V100_PAGE = "https://www.nvidia.com/en-us/data-center/v100/"
-T4_PAGE = "https://www.nvidia.com/en-us/data-center/tesla-t4/"
-
+# The sources the entries name:
+#   H100 datasheet: https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet
+#   H100 page: https://www.nvidia.com/en-us/data-center/h100/
+#   H200 page: https://www.nvidia.com/en-us/data-center/h200/
+#   A100 datasheet: https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+#   L4 page: https://www.nvidia.com/en-us/data-center/l4/
+#   L40S page: https://www.nvidia.com/en-us/data-center/l40s/
+#   L40 page: https://www.nvidia.com/en-us/data-center/l40/
+#   A10 page: https://www.nvidia.com/en-us/data-center/products/a10-gpu/
+#   V100 page: https://www.nvidia.com/en-us/data-center/v100/
+#   T4 page: https://www.nvidia.com/en-us/data-center/tesla-t4/
 GPU_PEAKS: dict[str, Peaks] = {
-    # H100_DATASHEET and H100_PAGE, "H100 SXM" column: FP32 67, TF32 Tensor Core 989*,
+    # The H100 datasheet and the H100 page, "H100 SXM" column: FP32 67, TF32 Tensor Core 989*,
     # BFLOAT16 1,979*, FP16 1,979*, FP8 3,958* TFLOPS.
     "H100 SXM": Peaks(67, _dense(989), _dense(1979), _dense(1979), _dense(3958)),
-    # H100_DATASHEET (2022-23 editions), "H100 PCIe" column (114 SMs, 350 W): FP32 51,
+    # The H100 datasheet (2022-23 editions), "H100 PCIe" column (114 SMs, 350 W): FP32 51,
     # TF32 756*, BFLOAT16 1,513*, FP16 1,513*, FP8 3,026* TFLOPS.
     "H100 PCIe": Peaks(51, _dense(756), _dense(1513), _dense(1513), _dense(3026)),
-    # H100_PAGE and H100_DATASHEET (2024 on), "H100 NVL" column, per GPU (the 2023 edition
+    # The H100 page and the H100 datasheet (2024 on), "H100 NVL" column, per GPU (the 2023 edition
     # quoted a bridged pair of GPUs): FP32 60, TF32 835*, BFLOAT16 1,671*, FP16 1,671*,
     # FP8 3,341* TFLOPS.
     "H100 NVL": Peaks(60, _dense(835), _dense(1671), _dense(1671), _dense(3341)),
-    # H200_PAGE, "H200 SXM" column (the H100 SXM's GH100 compute, more memory): FP32 67,
+    # The H200 page, "H200 SXM" column (the H100 SXM's GH100 compute, more memory): FP32 67,
     # TF32 989*, BFLOAT16 1,979*, FP16 1,979*, FP8 3,958* TFLOPS.
     "H200 SXM": Peaks(67, _dense(989), _dense(1979), _dense(1979), _dense(3958)),
-    # H200_PAGE, "H200 NVL" column: FP32 60, TF32 835*, BFLOAT16 1,671*, FP16 1,671*,
+    # The H200 page, "H200 NVL" column: FP32 60, TF32 835*, BFLOAT16 1,671*, FP16 1,671*,
     # FP8 3,341* TFLOPS.
     "H200 NVL": Peaks(60, _dense(835), _dense(1671), _dense(1671), _dense(3341)),
-    # A100_DATASHEET, the same for all four (40/80 GB, PCIe/SXM): FP32 19.5, TF32 156 | 312*,
+    # The A100 datasheet, the same for all four (40/80 GB, PCIe/SXM): FP32 19.5, TF32 156 | 312*,
     # BFLOAT16 312 | 624*, FP16 312 | 624* TFLOPS (dense figure first). No FP8 (Ampere).
     "A100": Peaks(19.5, 156, 312, 312),
-    # L4_PAGE: FP32 30.3, TF32 120*, FP16 242*, BFLOAT16 242*, FP8 485* TFLOPS.
+    # The L4 page: FP32 30.3, TF32 120*, FP16 242*, BFLOAT16 242*, FP8 485* TFLOPS.
     "L4": Peaks(30.3, _dense(120), _dense(242), _dense(242), _dense(485)),
-    # L40S_PAGE: FP32 91.6, TF32 183 | 366*, BFLOAT16 362.05 | 733*, FP16 362.05 | 733*,
+    # The L40S page: FP32 91.6, TF32 183 | 366*, BFLOAT16 362.05 | 733*, FP16 362.05 | 733*,
     # FP8 733 | 1,466* TFLOPS (dense figure first).
     "L40S": Peaks(91.6, 183, 362.05, 362.05, 733),
-    # L40_PAGE: FP32 90.5, TF32 90.5 | 181*, BFLOAT16 181.05 | 362.1*,
+    # The L40 page: FP32 90.5, TF32 90.5 | 181*, BFLOAT16 181.05 | 362.1*,
     # FP16 181.05 | 362.1*, FP8 362 | 724* TFLOPS (dense figure first).
     "L40": Peaks(90.5, 90.5, 181.05, 181.05, 362),
-    # A10_PAGE: FP32 31.2, TF32 62.5 | 125*, BFLOAT16 125 | 250*, FP16 125 | 250* TFLOPS.
+    # The A10 page: FP32 31.2, TF32 62.5 | 125*, BFLOAT16 125 | 250*, FP16 125 | 250* TFLOPS.
     "A10": Peaks(31.2, 62.5, 125, 125),
-    # V100_PAGE (no sparsity before Ampere; "Tensor Performance" is FP16 with FP32
+    # The V100 page (no sparsity before Ampere; "Tensor Performance" is FP16 with FP32
     # accumulate): SXM2 FP32 15.7, Tensor 125; PCIe FP32 14, Tensor 112; V100S PCIe FP32 16.4,
     # Tensor 130 TFLOPS. No TF32 or BF16 (Volta).
     "V100 SXM2": Peaks(15.7, fp16=125),
     "V100 PCIe": Peaks(14, fp16=112),
     "V100S PCIe": Peaks(16.4, fp16=130),
-    # T4_PAGE: Single-Precision 8.1, Mixed-Precision (FP16/FP32) 65 TFLOPS. No TF32/BF16.
+    # The T4 page: Single-Precision 8.1, Mixed-Precision (FP16/FP32) 65 TFLOPS. No TF32/BF16.
     "T4": Peaks(8.1, fp16=65),
 }
 

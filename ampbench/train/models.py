@@ -213,22 +213,29 @@ def _shape_text(image_shape: ImageShape) -> str:
     return "x".join(str(size) for size in image_shape)
 
 
+def _cifar_resnet18(num_classes: int, image_shape: ImageShape) -> nn.Module:
+    """The usual CIFAR adaptation: a 3x3 stride-1 stem and no max-pool keep 32x32 inputs from
+    shrinking to 8x8 before the first residual stage."""
+    model = _torchvision().models.resnet18(num_classes=num_classes)
+    model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
+# The builders of the built-in models, whose names the command line knows (train.MODELS).
+BUILT_IN: dict[str, Callable[[int, ImageShape], nn.Module]] = {
+    "resnet18": _cifar_resnet18,
+    "resnet18-imagenet": lambda classes, _: _torchvision().models.resnet18(num_classes=classes),
+    "small-cnn": lambda classes, _: small_cnn(classes),
+    "vit-s": small_vit,
+}
+
+
 def _construct(name: str, num_classes: int, image_shape: ImageShape) -> nn.Module:
     """The model, or the exception its builder raised (AmpbenchError for a name or a factory
     that cannot be used at all: no retry, in check_model, could help those)."""
-    if name == "resnet18":
-        # The usual CIFAR adaptation: a 3x3 stride-1 stem and no max-pool keep 32x32 inputs
-        # from shrinking to 8x8 before the first residual stage.
-        model = _torchvision().models.resnet18(num_classes=num_classes)
-        model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
-        model.maxpool = nn.Identity()
-        return model
-    if name == "resnet18-imagenet":
-        return _torchvision().models.resnet18(num_classes=num_classes)
-    if name == "small-cnn":
-        return small_cnn(num_classes)
-    if name == "vit-s":
-        return small_vit(num_classes, image_shape)
+    if name in BUILT_IN:
+        return BUILT_IN[name](num_classes, image_shape)
     check_model_name(name)  # one line for a name that is none of the forms
     if ":" in name:
         model = load_factory(name)(num_classes, image_shape)

@@ -87,7 +87,6 @@ ALIASES: dict[str, Alias] = {entry.name: entry for entry in REGISTRY if isinstan
 PRECISIONS = tuple(entry.name for entry in REGISTRY)
 # Float8 training of the nn.Linear layers (torchao), each a recipe: tensorwise or rowwise scales.
 FP8_RECIPES = {arm.name: arm.fp8_recipe for arm in ARMS.values() if arm.fp8_recipe}
-FP8_PRECISIONS = tuple(FP8_RECIPES)
 # The pair the published experiment compares, and so the pipeline's default arms.
 BASELINE_PRECISION = "fp32"
 AMP_PRECISION = "amp"

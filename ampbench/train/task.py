@@ -77,12 +77,12 @@ def run_train_task(
             CHECKPOINT_URI_ENV,
         )
     name = run_name(config.model, config.batch_size, config.precision, config.seed)
-    run_dir = f"{checkpoint_dir.rstrip('/')}/{pipeline_run_id}/{name}"
+    run_dir = storage.join(checkpoint_dir, pipeline_run_id, name) if checkpoint_dir else ""
     # Beside the checkpoints, a compiled step is shared across seeds and pipeline runs.
     beside_checkpoints = storage.join(checkpoint_dir, COMPILE_CACHE_DIR) if checkpoint_dir else None
     config = dataclasses.replace(
         config,
-        checkpoint_dir=run_dir if checkpoint_dir else None,
+        checkpoint_dir=run_dir or None,
         checkpoint_every=checkpoint_every if checkpoint_dir else 0,
         resume=bool(checkpoint_dir),
         compile_cache=(config.compile_cache or beside_checkpoints) if config.compile else None,
@@ -91,20 +91,30 @@ def run_train_task(
         placement.gpu_type, placement.gpu_count, placement.cpu, placement.memory
     )
     if placement.num_nodes > 1:
-        shared = run_dir if checkpoint_dir else ""
-        if in_pod() and shared and not shared.startswith("s3://"):
+        if in_pod() and run_dir and not storage.is_s3(run_dir):
             raise AmpbenchError(
                 f"num_nodes {placement.num_nodes}: checkpoint_dir {checkpoint_dir} is not on "
                 "S3; the nodes of a TrainJob mount nothing of this pod's, so only an s3:// "
                 "location reaches them"
             )
         job = trainjob_spec(placement, trainjob_name(pipeline_run_id, name))
-        return train_on_nodes(config, job, shared, results_path, model_path, tracking, requested)
+        return train_on_nodes(config, job, run_dir, results_path, model_path, tracking, requested)
     if placement.gpu_count > 1:
         return train_in_processes(
             config, placement.gpu_count, results_path, model_path, tracking, requested
         )
     return run_training(config, results_path, model_path, tracking, requested_resources=requested)
+
+
+def model_artifact_metadata(config: TrainConfig) -> dict[str, str]:
+    """What the train step's model artifact says of itself; `run` names the file `ampbench
+    run` copies it to (pipelines/local.py)."""
+    return {
+        "framework": "pytorch",
+        "format": "state_dict",
+        "model": config.model,
+        "run": run_name(config.model, config.batch_size, config.precision, config.seed),
+    }
 
 
 def trainjob_spec(placement: Placement, name: str) -> TrainJobSpec:

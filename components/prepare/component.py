@@ -82,7 +82,7 @@ def prepare(
 
     from ampbench.data import SourceOptions
     from ampbench.data.limits import Limits
-    from ampbench.data.task import run_prepare_task
+    from ampbench.data.task import dataset_artifact_metadata, run_prepare_task
     from ampbench.errors import reported_as_step
     from ampbench.experiment import Experiment
 
@@ -102,11 +102,4 @@ def prepare(
         metadata = run_prepare_task(
             data, Path(dataset.path), options, experiment, val_fraction=val_fraction
         )
-    dataset.metadata.update(
-        {
-            "classes": metadata["classes"],
-            "counts": metadata["counts"],
-            "image_shape": metadata["image_shape"],
-            "source_sha256": metadata["source"]["sha256"],
-        }
-    )
+    dataset.metadata.update(dataset_artifact_metadata(metadata))

@@ -79,10 +79,9 @@ def train(
     from pathlib import Path
 
     from ampbench.errors import reported_as_step
-    from ampbench.matrix import run_name
     from ampbench.train import train_step_name
     from ampbench.train.config import TrainConfig
-    from ampbench.train.task import Placement, run_train_task
+    from ampbench.train.task import Placement, model_artifact_metadata, run_train_task
     from ampbench.train.tracker import TrackingOptions, summary
 
     with reported_as_step(train_step_name(precision)):
@@ -105,11 +104,4 @@ def train(
         )  # fmt: skip
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)
-    model.metadata.update(
-        {
-            "framework": "pytorch",
-            "format": "state_dict",
-            "model": model_name,
-            "run": run_name(model_name, batch_size, precision, seed),
-        }
-    )
+    model.metadata.update(model_artifact_metadata(config))
