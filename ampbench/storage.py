@@ -8,11 +8,13 @@ service's error code, never a credential.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -272,6 +274,30 @@ def upload(path: Path, uri: str) -> str:
     if checksum.partition("-")[0] not in expected:
         raise AmpbenchError(f"{uri}: upload verification failed (SHA-256 differs from the file)")
     return "sha256"
+
+
+@contextlib.contextmanager
+def writing(location: str) -> Iterator[Path]:
+    """A local file to write `location`'s contents into: when the block ends it is put in
+    place whole (renamed into a local folder, or uploaded), so that readers of a shared
+    location never see part of it; if the block raises, nothing is written."""
+    if is_s3(location):
+        with tempfile.TemporaryDirectory() as scratch:
+            local = Path(scratch) / PurePosixPath(location).name
+            yield local
+            upload(local, location)
+        return
+    folder = Path(location).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=folder, prefix=".partial-")
+    os.close(handle)
+    try:
+        yield Path(partial)
+        with open(partial, "rb") as written:  # on disk before it has the name
+            os.fsync(written.fileno())
+        os.replace(partial, location)
+    finally:
+        Path(partial).unlink(missing_ok=True)
 
 
 def copy_file(path: Path, target: str) -> str:

@@ -410,3 +410,27 @@ def test_the_compile_cache_round_trips_through_s3(bucket: str) -> None:
     with CompileCache(location, "step.tar.gz") as second:
         assert (second.directory / "fxgraph" / "entry").read_bytes() == b"compiled"
         assert second.finish(store=True) == "hit"
+
+
+def test_writing_puts_a_file_in_place_whole_or_not_at_all(bucket: str, tmp_path: Path) -> None:
+    """Locally: nothing under the name until the block ends, no partial file left after a
+    failure. On S3: uploaded when the block ends, not when it fails."""
+    target = tmp_path / "shared" / "blob"
+    with storage.writing(str(target)) as local:
+        local.write_bytes(b"whole")
+        assert not target.exists()
+    assert target.read_bytes() == b"whole"
+    with pytest.raises(RuntimeError), storage.writing(str(target)) as local:
+        local.write_bytes(b"part")
+        raise RuntimeError("the writer failed")
+    assert target.read_bytes() == b"whole"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["blob"]
+
+    uri = f"s3://{bucket}/writing/blob"
+    with pytest.raises(RuntimeError), storage.writing(uri) as local:
+        local.write_bytes(b"part")
+        raise RuntimeError("the writer failed")
+    assert storage.read_bytes_if_any(uri) is None
+    with storage.writing(uri) as local:
+        local.write_bytes(b"whole")
+    assert storage.read_bytes(uri) == b"whole"

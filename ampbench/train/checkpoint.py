@@ -9,11 +9,9 @@ or an s3:// prefix (a PUT is atomic there; locally we write, then rename).
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import random
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,18 +89,10 @@ def save(directory: str, global_step: int, state: dict[str, Any], keep: int) -> 
     """Write `state` as the checkpoint of `global_step`; keep the newest `keep` checkpoints."""
     name = checkpoint_name(global_step)
     target = storage.join(directory, name)
-    if storage.is_s3(directory):
-        with tempfile.TemporaryDirectory() as tmp:
-            local = Path(tmp) / name
-            torch.save(state, local)
-            storage.upload(local, target)
-    else:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".partial-", delete=False) as part:
-            torch.save(state, part)
-            part.flush()
-            os.fsync(part.fileno())
-        os.replace(part.name, target)
+    # To a file object: given a path, torch.save names its archive after the file name up to
+    # its last dot: nothing, for a hidden partial file.
+    with storage.writing(target) as local, local.open("wb") as written:
+        torch.save(state, written)
     for old in names(directory)[:-keep]:
         storage.remove(storage.join(directory, old))
     return target

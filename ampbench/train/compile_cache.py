@@ -15,7 +15,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import tarfile
@@ -117,28 +116,9 @@ class CompileCache:
         """The directory, as compiled, becomes the archive; a failure is a warning (the
         training goes on)."""
         try:
-            with tempfile.TemporaryDirectory() as scratch:
-                packed = Path(scratch) / "cache.tar.gz"
-                with tarfile.open(packed, "w:gz") as archive:
-                    archive.add(self.directory, arcname=".")
-                _write(packed, self.archive)
+            with storage.writing(self.archive) as packed, tarfile.open(packed, "w:gz") as archive:
+                archive.add(self.directory, arcname=".")
         except (AmpbenchError, OSError, tarfile.TarError) as error:
             log.warning("compile cache: %s not written (%s)", self.archive, error)
             return
         log.info("compile cache: wrote %s", self.archive)
-
-
-def _write(packed: Path, target: str) -> None:
-    """The archive in place whole: readers of a shared directory never see a part of it."""
-    if storage.is_s3(target):
-        storage.upload(packed, target)
-        return
-    folder = Path(target).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=folder, prefix=".partial-")
-    os.close(handle)
-    try:
-        shutil.copyfile(packed, partial)
-        os.replace(partial, target)
-    finally:
-        Path(partial).unlink(missing_ok=True)
