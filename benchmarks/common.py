@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ def archive_argument(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_ARCHIVE,
         help=f"the CIFAR-10 archive (default {DEFAULT_ARCHIVE})",
     )
+
+
+def require_archive(path: Path) -> None:
+    """Stop, in one line naming the benchmark, where --data is no file."""
+    if not path.is_file():
+        sys.exit(f"{Path(sys.argv[0]).stem}: {path}: no such archive (pass --data)")
 
 
 def shrink_evaluation(trainer: Any, images: int = 128) -> None:

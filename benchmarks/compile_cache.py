@@ -21,7 +21,7 @@ from pathlib import Path
 # Its own folder only (for common.py): gpu_check.sh runs it with PYTHONSAFEPATH=1.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import archive_argument, median, table, write_json
+from common import archive_argument, median, require_archive, table, write_json
 
 from ampbench.argtypes import positive_int
 from ampbench.results import RESULTS_FILE, read_arm_results
@@ -76,8 +76,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"compile_cache: {args.data}: no such archive (pass --data)")
+    require_archive(args.data)
     print(f"CPU: {cpu_name()} ({cpu_capability()})")
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="ampbench-compile-cache-") as scratch:

@@ -41,7 +41,7 @@ from typing import Any
 # steps: the installed package is the one measured (gpu_check.sh runs with PYTHONSAFEPATH=1).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import archive_argument, table, write_json
+from common import archive_argument, require_archive, table, write_json
 from gpu_children import CANNOT_RUN_HERE, bare_loop, train_one_arm
 
 from ampbench import schema
@@ -346,8 +346,7 @@ def main() -> None:
         sys.exit(bare_loop(args))
     args = with_device_defaults(args)
     plan = Plan.from_arguments(args)
-    if not args.data.is_file():
-        sys.exit(f"gpu_benchmark: {args.data}: no such archive (pass --data)")
+    require_archive(args.data)
 
     from ampbench.data import SourceOptions, prepare_dataset
 

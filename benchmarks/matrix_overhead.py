@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import archive_argument, median, table, write_json
+from common import archive_argument, median, require_archive, table, write_json
 
 from ampbench.pipelines.local import ANSI_ESCAPE, PIPELINE_ROOT, RUN_LOG
 from ampbench.results import read_arm_results
@@ -168,8 +168,7 @@ def main() -> None:
     args = parser.parse_args()
     matrix = ["--models", args.models, "--batch-sizes", args.batch_sizes, *PRECISIONS]
     matrix += ["--lr", str(args.lr)]
-    if not args.data.is_file():
-        sys.exit(f"matrix_overhead: {args.data}: no such archive (pass --data)")
+    require_archive(args.data)
     print(f"CPU: {cpu_name()} ({cpu_capability()})")
     floor = torch_process_s()
     rows = []

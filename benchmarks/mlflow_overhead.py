@@ -27,7 +27,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from common import archive_argument, median, shrink_evaluation, table, write_json
+from common import (
+    archive_argument,
+    median,
+    require_archive,
+    shrink_evaluation,
+    table,
+    write_json,
+)
 
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
@@ -130,6 +137,7 @@ def main() -> None:
     archive_argument(parser)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    require_archive(args.data)  # now, not after the logging it measures first
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         costs = {"sqlite": logging_costs(f"sqlite:///{tmp / 'local.db'}", tmp)}

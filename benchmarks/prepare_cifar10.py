@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import archive_argument, median, table, write_json
+from common import archive_argument, median, require_archive, table, write_json
 
 CHILD = """
 import json, resource, sys, time
@@ -37,8 +37,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"prepare_cifar10: {args.data}: no such archive (pass --data)")
+    require_archive(args.data)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import REPO, archive_argument, median, table, write_json
+from common import REPO, archive_argument, median, require_archive, table, write_json
 
 from ampbench.results import RESULTS_FILE
 from ampbench.train.precision import cpu_capability, cpu_name, resolve
@@ -57,8 +57,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"protocol_agreement: {args.data}: no such archive (pass --data)")
+    require_archive(args.data)
     entry_points = {"pipeline train step": pipeline_speedup, "gpu_benchmark.py": benchmark_speedup}
     samples: dict[str, list[float]] = {name: [] for name in entry_points}
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 import torchvision
-from common import archive_argument, median, shrink_evaluation, table, write_json
+from common import archive_argument, median, require_archive, shrink_evaluation, table, write_json
 from torch import nn
 from torchvision import transforms
 
@@ -241,8 +241,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not args.data.is_file():
-        sys.exit(f"train_cpu: {args.data}: no such archive (pass --data)")
+    require_archive(args.data)
     try:  # a setting the train step would refuse is one line, before any work
         TrainConfig(Path(), model=args.model, lr=args.lr).validate()
         build_model(args.model, 10)
