@@ -16,18 +16,14 @@ from ampbench.errors import AmpbenchError
 from ampbench.matrix import DEFAULT_RUNS
 from ampbench.settings import Setting, described, same_as, setting
 from ampbench.tracking import DEFAULT_EXPERIMENT
-from ampbench.train import BASELINE_PRECISION, DEFAULT_DATA, PRECISIONS
+from ampbench.train import BASELINE_PRECISION, DATA_FORMS, DEFAULT_DATA, PRECISIONS
 from ampbench.train.config import TrainConfig, processes_per_arm
 from ampbench.train.trainjob import DEFAULT_RUNTIME
 
 
 @dataclass(frozen=True)
 class DataSettings:
-    data: str = setting(
-        DEFAULT_DATA,
-        "synthetic, cifar10, cifar100, a path (ImageFolder tree or archive, CIFAR tarball) or "
-        "an s3:// URI",
-    )
+    data: str = setting(DEFAULT_DATA, DATA_FORMS)
     subset: int = same_as(TrainConfig, "subset")
     image_size: int = same_as(TrainConfig, "image_size")
 
@@ -59,7 +55,7 @@ class TrainingSettings:
     label_smoothing: float = same_as(TrainConfig, "label_smoothing")
     # A pipeline's tasks share it beside their checkpoints where none is given (run_train_task).
     compile_cache: str = same_as(TrainConfig, "compile_cache", default="")
-    # A pipeline's tasks checkpoint every 200 steps where a directory is given; a bare
+    # A pipeline's tasks checkpoint periodically where a directory is given; a bare
     # `ampbench train` only when asked.
     checkpoint_dir: str = same_as(TrainConfig, "checkpoint_dir", default="")
     checkpoint_every: int = same_as(TrainConfig, "checkpoint_every", default=200)

@@ -14,13 +14,13 @@ from ampbench.cli.options import add_comparison_options, add_experiment_options
 def add_prepare(parser: argparse.ArgumentParser) -> None:
     from ampbench.data.dataset import DEFAULT_VAL_FRACTION
     from ampbench.data.sources import SourceOptions
+    from ampbench.train import DATA_FORMS
 
     parser.description = "Prepare a data source as Parquet shards plus metadata.json."
     parser.add_argument(
         "--data",
         required=True,
-        help="synthetic, cifar10, cifar100, a path or file:// URI (ImageFolder directory, "
-        ".tar, .tar.gz, .tgz, .zip, CIFAR python tarball), s3://bucket/key or s3://bucket/prefix/",
+        help=DATA_FORMS,
     )
     parser.add_argument("--output-dir", type=Path, required=True)
     add_experiment_options(parser, names=("subset",))

@@ -8,6 +8,11 @@ from ampbench.train.precisions import AMP_PRECISION, BASELINE_PRECISION, PRECISI
 
 # The published experiment's data set, and so what `ampbench run` and the pipeline train on.
 DEFAULT_DATA = "cifar10"
+# What a data source may be (data/sources.py), for the help of every --data.
+DATA_FORMS = (
+    "synthetic, cifar10, cifar100, a path or file:// URI (ImageFolder directory, .tar, .tar.gz, "
+    ".tgz, .zip, CIFAR python tarball), s3://bucket/key or s3://bucket/prefix/"
+)
 # The built-in networks (models.py); --model also takes a torchvision classification model
 # by name, or package.module:factory.
 MODELS = ("resnet18", "resnet18-imagenet", "small-cnn", "vit-s")
@@ -24,6 +29,7 @@ def train_step_name(precision: str) -> str:
 __all__ = [
     "AMP_PRECISION",
     "BASELINE_PRECISION",
+    "DATA_FORMS",
     "DEFAULT_DATA",
     "GRAD_COMM",
     "MODELS",
