@@ -32,6 +32,9 @@ TRAIN_CPU = "4"
 TRAIN_MEMORY = "32Gi"
 # NVIDIA's GPU operator taints GPU nodes so; training pods tolerate it.
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# Every training pod's memory-backed /dev/shm: NCCL and the CUDA caching allocator want a real
+# one, which Kubernetes caps at 64 MiB without such a volume. (volume name, mount path)
+SHM_VOLUME = ("dshm", "/dev/shm")
 
 
 def in_pod() -> bool:

@@ -17,7 +17,7 @@ from kfp.dsl.graph_component import GraphComponent
 from kfp.dsl.pipeline_channel import PipelineParameterChannel
 
 from ampbench import DEFAULT_IMAGE, PIPELINE_NAME
-from ampbench.cluster import CONFIG_MAP_KEYS, GPU_TOLERATION, SECRET_KEYS
+from ampbench.cluster import CONFIG_MAP_KEYS, GPU_TOLERATION, SECRET_KEYS, SHM_VOLUME
 from ampbench.components.compare.component import compare
 from ampbench.components.prepare.component import prepare
 from ampbench.components.train.component import train
@@ -158,9 +158,7 @@ def build_pipeline(
             kubernetes.set_timeout(task, train_timeout_s)
             kubernetes.add_node_selector_json(task, e.resources.gpu_node_selector)
             kubernetes.add_toleration(task, **GPU_TOLERATION)
-            # DataLoader-free, but NCCL and the CUDA caching allocator still want a real
-            # /dev/shm, which Kubernetes caps at 64 MiB unless a memory volume is mounted.
-            kubernetes.empty_dir_mount(task, "dshm", "/dev/shm", medium="Memory")
+            kubernetes.empty_dir_mount(task, *SHM_VOLUME, medium="Memory")
             use_cluster_settings(task, e.resources)
         compared = compare_op(
             **section_values(e.comparison),

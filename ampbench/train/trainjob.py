@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ampbench.cluster import GPU_RESOURCE, GPU_TOLERATION, TRAIN_CPU, TRAIN_MEMORY
+from ampbench.cluster import GPU_RESOURCE, GPU_TOLERATION, SHM_VOLUME, TRAIN_CPU, TRAIN_MEMORY
 from ampbench.train import worker
 
 TRAINER_VERSION = "v2.3.0"
@@ -66,10 +66,10 @@ def _env(spec: TrainJobSpec) -> list[dict[str, Any]]:
 
 def _node_pod(spec: TrainJobSpec) -> dict[str, Any]:
     """What each node's pod adds to the runtime's template."""
+    shm, shm_path = SHM_VOLUME
     pod_patch: dict[str, Any] = {
-        # NCCL wants a real /dev/shm, which Kubernetes caps at 64 MiB without a memory volume.
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-        "containers": [{"name": NODE, "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}],
+        "volumes": [{"name": shm, "emptyDir": {"medium": "Memory"}}],
+        "containers": [{"name": NODE, "volumeMounts": [{"name": shm, "mountPath": shm_path}]}],
         "tolerations": [dict(GPU_TOLERATION)],
     }
     if spec.node_selector:
