@@ -22,6 +22,12 @@ class AmpbenchError(Exception):
         super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
 
 
+def one_line(text: str) -> str:
+    """Someone else's message (a library's, a server's) on one line, its white space single
+    spaces, for an AmpbenchError or a log line."""
+    return " ".join(text.split())
+
+
 def record_step_error(step: str, message: str) -> None:
     """Leave a step's one-line error where the launching command can find it."""
     error_file = os.environ.get(ERROR_FILE_ENV)

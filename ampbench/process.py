@@ -36,6 +36,18 @@ def process_age_s(stat: Path = Path("/proc/self/stat")) -> float | None:
         return None
 
 
+def proc_bytes(path: str, field: str) -> int | None:
+    """A "Field:  N kB" line of a /proc file (/proc/self/status, /proc/meminfo) in bytes;
+    None where there is none (no such file or field)."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class StartupClock:
     """Marks the process's age at two moments of an arm's start-up: when it is made (imports
     done, the device initialised) and at `state_ready` (data on the device, model and

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ampbench.errors import AmpbenchError
+from ampbench.errors import AmpbenchError, one_line
 from ampbench.logs import log
 
 if TYPE_CHECKING:
@@ -311,7 +311,7 @@ def without_credentials(uri: str) -> str:
 def describe(error: Exception) -> str:
     """An MLflow error in one line, with any URL in it stripped of credentials (MLflow puts
     the request URL, user:password included, into its messages)."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = one_line(str(error)) or type(error).__name__
     text = re.sub(
         r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"]+", lambda m: without_credentials(m.group()), text
     )

@@ -31,7 +31,7 @@ from kfp.client import (
 )
 from kfp.client.client import KF_PIPELINES_ENDPOINT_ENV
 
-from ampbench.errors import AmpbenchError
+from ampbench.errors import AmpbenchError, one_line
 from ampbench.logs import log
 
 # A pod's tokens without --token-file, after $KF_PIPELINES_SA_TOKEN_PATH: the one projected for
@@ -291,7 +291,3 @@ def _network_reason(error: BaseException) -> str:
     if isinstance(reason, urllib3.exceptions.ConnectTimeoutError | TimeoutError):
         return "timed out"
     return type(reason).__name__
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())

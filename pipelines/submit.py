@@ -19,9 +19,9 @@ import kfp
 from kfp.client.client import KF_PIPELINES_DEFAULT_EXPERIMENT_NAME
 
 from ampbench import __version__
-from ampbench.errors import AmpbenchError
+from ampbench.errors import AmpbenchError, one_line
 from ampbench.logs import log
-from ampbench.pipelines.client import host_of, not_the_api, one_line, reported_for, ui_url
+from ampbench.pipelines.client import host_of, not_the_api, reported_for, ui_url
 
 DEFAULT_KFP_EXPERIMENT = "ampbench"
 DEFAULT_POLL_INTERVAL_S = 5.0

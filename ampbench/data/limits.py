@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ampbench.errors import AmpbenchError
+from ampbench.process import proc_bytes
 
 DEFAULT_MAX_EXTRACT_BYTES = 8 * 1024**3  # 8 GiB: far above ImageNet-size CIFAR-likes
 DEFAULT_MAX_MEMBERS = 5_000_000
@@ -78,23 +79,12 @@ def _address_space_headroom() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmSize:"):
-                return soft - int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return soft
+    mapped = proc_bytes("/proc/self/status", "VmSize")
+    return soft if mapped is None else soft - mapped
 
 
 def _meminfo_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def available_memory() -> int | None:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ampbench import storage
-from ampbench.errors import AmpbenchError
+from ampbench.errors import AmpbenchError, one_line
 from ampbench.logs import log
 from ampbench.train import distributed
 from ampbench.train.config import TrainConfig
@@ -110,7 +110,7 @@ def load_latest(directory: str) -> tuple[dict[str, Any], str] | None:
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
-        reason = " ".join(str(error).split())[:200]
+        reason = one_line(str(error))[:200]
         raise AmpbenchError(f"{location}: not a readable checkpoint ({reason})") from None
     if not isinstance(state, dict) or not {"fingerprint", "loop"} <= set(state):
         raise AmpbenchError(f"{location}: not an ampbench checkpoint")

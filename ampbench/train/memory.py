@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ampbench.logs import log
+from ampbench.process import proc_bytes
 from ampbench.results import Memory
 from ampbench.train import distributed
 from ampbench.world import World
@@ -37,10 +38,7 @@ class MemoryMeter:
 
     @staticmethod
     def _status_bytes(field_name: str) -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1]) * 1024.0
-        return 0.0
+        return float(proc_bytes("/proc/self/status", field_name) or 0)
 
     def _now(self) -> tuple[float, float]:
         if self.cuda:
