@@ -7,7 +7,6 @@ Free of torch, like results.py.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,10 +207,7 @@ class Comparison:
 
 
 def read_comparison(path: Path) -> Comparison:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AmpbenchError(f"{path}: not a readable comparison ({error})") from None
+    data = schema.read_json(path, "comparison")
     check_version(data, COMPARISON_SCHEMA_VERSION, path, "an ampbench comparison")
     try:
         return schema.load(Comparison, data)

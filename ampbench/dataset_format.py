@@ -13,7 +13,6 @@ already in channels_last memory format, which is what training wants.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ampbench.errors import AmpbenchError
+from ampbench.schema import read_json
 
 if TYPE_CHECKING:  # torch is imported by the reader alone: preparing data never needs it
     import torch
@@ -100,10 +100,7 @@ def read_metadata(dataset_dir: Path) -> dict[str, Any]:
         raise AmpbenchError(
             f"{dataset_dir}: not a prepared dataset (no {METADATA_FILE}); run `ampbench prepare`"
         )
-    try:
-        metadata = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AmpbenchError(f"{path}: not readable ({error})") from None
+    metadata = read_json(path, "dataset metadata file")
     if not isinstance(metadata, dict) or metadata.get("format_version") != FORMAT_VERSION:
         raise AmpbenchError(
             f"{dataset_dir}: not a prepared dataset of format version {FORMAT_VERSION}; "

@@ -216,10 +216,7 @@ class ArmResults:
 
 def read_arm_results(path: Path) -> ArmResults:
     """A training run's results file, validated; any problem is one line naming the file."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise AmpbenchError(f"{path}: not a readable results file ({error})") from None
+    data = schema.read_json(path, "results file")
     what = "the results of an ampbench training run"
     for version, upgrade in ((1, upgrade_v1), (2, upgrade_v2), (3, upgrade_v3)):
         if isinstance(data, dict) and data.get("schema_version") == version:

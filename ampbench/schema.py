@@ -9,14 +9,26 @@ names the field (`memory.train_peak_mb: expected a number, not 'abc'`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
+from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from ampbench.errors import AmpbenchError
 
 T = TypeVar("T")
 
 
 class SchemaError(ValueError):
     """A value that does not fit the schema; the message starts with the field's path."""
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON in the file at `path`, or one line naming it as not a readable `what`."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AmpbenchError(f"{path}: not a readable {what} ({error})") from None
 
 
 def load(cls: type[T], data: Any) -> T:

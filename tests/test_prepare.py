@@ -218,7 +218,7 @@ def test_carved_splits_share_no_image(tmp_path: Path, test_fraction: float) -> N
 def test_a_damaged_prepared_dataset_is_one_line(tmp_path: Path) -> None:
     prepare_dataset("synthetic", tmp_path / "ds", subset=20, options=options(tmp_path))
     (tmp_path / "ds" / "metadata.json").write_text("{broken")
-    with pytest.raises(AmpbenchError, match=r"metadata\.json: not readable"):
+    with pytest.raises(AmpbenchError, match=r"metadata\.json: not a readable dataset metadata"):
         read_split(tmp_path / "ds", "train")
     prepare_dataset("synthetic", tmp_path / "ds2", subset=20, options=options(tmp_path))
     shard = next((tmp_path / "ds2" / "train").glob("*.parquet"))
