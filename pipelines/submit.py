@@ -47,6 +47,11 @@ class UploadInfo:
 
 
 # -- submitting ---------------------------------------------------------------------------------
+def timestamp() -> str:
+    """When a run or a pipeline version was made, in the names ampbench gives them."""
+    return f"{datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
+
+
 def submit_run(
     client: kfp.Client,
     *,
@@ -161,7 +166,7 @@ def upload_pipeline(
             raise AmpbenchError(not_the_api(client, "the new pipeline has no id"))
         url = ui_url(client, f"pipelines/details/{pipeline.pipeline_id}")
         return UploadInfo(pipeline.pipeline_id, name, None, None, url)
-    version = version or f"{name} {__version__} {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
+    version = version or f"{name} {__version__} {timestamp()}"
     with reported_for(client, f"uploading version '{version}' of '{name}'", namespace):
         uploaded = client.upload_pipeline_version(
             str(pipeline_file),

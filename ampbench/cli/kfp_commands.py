@@ -7,11 +7,11 @@ run to finish; `upload` stores the pipeline, or a new version of it, on the serv
 from __future__ import annotations
 
 import argparse
-import datetime
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ampbench import PIPELINE_NAME
 from ampbench.argtypes import positive_number, seed_list
 from ampbench.cli.options import add_matrix_options
 from ampbench.cli.parameter_options import add_pipeline_options, dest
@@ -28,6 +28,7 @@ from ampbench.pipelines.submit import (
     DEFAULT_POLL_INTERVAL_S,
     KF_PIPELINES_DEFAULT_EXPERIMENT_NAME,
     submit_run,
+    timestamp,
     upload_pipeline,
 )
 
@@ -95,7 +96,6 @@ def add_upload(upload: argparse.ArgumentParser) -> None:
         "pipeline, or a new version of the pipeline of that name."
     )
     _add_connection_options(upload)
-    from ampbench.pipelines.pipeline import PIPELINE_NAME
 
     upload.add_argument("--name", default=PIPELINE_NAME, help="pipeline name")
     upload.add_argument(
@@ -148,7 +148,7 @@ def _submit(args: argparse.Namespace) -> int:
     arguments = _run_arguments(args)
     _preflight(arguments)
     client = make_client(args.host, args.namespace, args.token_file)
-    run_name = args.run_name or f"ampbench {datetime.datetime.now():%Y-%m-%d %H-%M-%S}"
+    run_name = args.run_name or f"{PIPELINE_NAME} {timestamp()}"
     with tempfile.TemporaryDirectory(prefix="ampbench-submit-") as tmp:
         package = compile_pipeline(Path(tmp) / "ampbench.yaml", args.image, args.schedule)
         run = submit_run(
