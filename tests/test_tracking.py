@@ -286,13 +286,14 @@ def test_the_end_of_a_run_names_its_experiments_runs_table(
 ) -> None:
     """MLflow 3's UI opens an experiment on its GenAI overview, where a training run does not
     show: the last lines of `ampbench run` give the address of the runs table instead."""
-    from test_compare import _write, arm_result
+    from arms import arm_result, write_results
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     MlflowClient(store).create_experiment("earlier")  # so that ours is not the first id
     paths = [
-        _write(tmp_path / f"{p}.json", arm_result(p, 0, 0.7, 1000.0, 10.0)) for p in ("fp32", "amp")
+        write_results(tmp_path / f"{p}.json", arm_result(p, 0, 0.7, 1000.0, 10.0))
+        for p in ("fp32", "amp")
     ]
     outputs = CompareOutputs.in_directory(tmp_path / "out")
     comparison = run_comparison(paths, outputs, parent_run=ParentRunOptions(experiment="mine"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_compare import arm_result, with_
+from arms import arm_result, with_
 
 from ampbench.compare.analysis import compare_arms, compare_runs
 from ampbench.compare.wording import Notes, best_sentence, interval, verdict
