@@ -12,7 +12,8 @@ read -r -a MODULES <<<"${MODULES:-ampbench/compare/analysis.py ampbench/compare/
 ampbench/compare/wording.py ampbench/compare/published.py ampbench/compare/stats.py \
 ampbench/train/precision.py ampbench/results.py ampbench/comparison.py ampbench/old_results.py \
 ampbench/data/dataset.py}"
-read -r -a TESTS <<<"${TESTS:-tests/test_compare.py tests/test_wording.py tests/test_prepare.py tests/test_precision.py tests/test_results.py}"
+read -r -a TESTS <<<"${TESTS:-tests/test_compare.py tests/test_compare_files.py tests/test_compare_matrix.py \
+tests/test_wording.py tests/test_prepare.py tests/test_precision.py tests/test_results.py}"
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
