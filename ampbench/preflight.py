@@ -65,12 +65,16 @@ def preflight(
     (config.dataset_dir) against the settings with `processes` processes. Returns the
     precision resolved and the data's metadata.
     """
+    if isinstance(config, TrainConfig) != (where == "train"):
+        raise TypeError("preflight: 'train' checks a TrainConfig, the other places an Experiment")
     if isinstance(config, TrainConfig):
-        assert where == "train" and device is not None, "an arm is checked on its device"
+        if device is None:
+            raise TypeError("preflight: an arm is checked on its device")
         return _check_arm(config, device, processes)
     runs = _check_experiment(config, where)
     if where == "prepared":
-        assert dataset is not None, "the prepared data is what 'prepared' checks against"
+        if dataset is None:
+            raise TypeError("preflight: 'prepared' checks the runs against the prepared data")
         _check_against_data(config, runs, dataset)
     return runs
 

@@ -36,7 +36,7 @@ def process_age_s(stat: Path = Path("/proc/self/stat")) -> float | None:
         return None
 
 
-def proc_bytes(path: str, field: str) -> int | None:
+def proc_bytes(path: Path, field: str) -> int | None:
     """A "Field:  N kB" line of a /proc file (/proc/self/status, /proc/meminfo) in bytes;
     None where there is none (no such file or field)."""
     try:

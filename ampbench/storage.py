@@ -284,6 +284,7 @@ def writing(location: str) -> Iterator[Path]:
     if is_s3(location):
         with tempfile.TemporaryDirectory() as scratch:
             local = Path(scratch) / PurePosixPath(location).name
+            local.touch()  # as a local file starts: a block that writes nothing puts it empty
             yield local
             upload(local, location)
         return
@@ -293,11 +294,19 @@ def writing(location: str) -> Iterator[Path]:
     os.close(handle)
     try:
         yield Path(partial)
-        with open(partial, "rb") as written:  # on disk before it has the name
-            os.fsync(written.fileno())
+        _fsync(partial)  # on disk before it has the name, and the name after
         os.replace(partial, location)
+        _fsync(folder)
     finally:
         Path(partial).unlink(missing_ok=True)
+
+
+def _fsync(path: str | Path) -> None:
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def copy_file(path: Path, target: str) -> str:

@@ -144,3 +144,13 @@ def test_every_training_process_checks_settings_then_precision_then_data(
         f"{synthetic_dataset}: --batch-size 100 x 11 processes (a global batch of 1,100): "
         "larger than the 1,000 training images"
     )
+
+
+def test_a_config_checked_where_it_does_not_belong_is_a_programming_error(tmp_path: Path) -> None:
+    """The experiment for the pipeline's places, one arm's TrainConfig where it trains."""
+    with pytest.raises(TypeError):
+        preflight(plan(RUNS), "train")  # type: ignore[call-overload]
+    with pytest.raises(TypeError):
+        preflight(TrainConfig(tmp_path), "run")  # type: ignore[call-overload]
+    with pytest.raises(TypeError):
+        preflight(TrainConfig(tmp_path), "train")  # type: ignore[call-overload]

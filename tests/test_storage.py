@@ -412,9 +412,8 @@ def test_the_compile_cache_round_trips_through_s3(bucket: str) -> None:
         assert second.finish(store=True) == "hit"
 
 
-def test_writing_puts_a_file_in_place_whole_or_not_at_all(bucket: str, tmp_path: Path) -> None:
-    """Locally: nothing under the name until the block ends, no partial file left after a
-    failure. On S3: uploaded when the block ends, not when it fails."""
+def test_writing_puts_a_local_file_in_place_whole_or_not_at_all(tmp_path: Path) -> None:
+    """Nothing under the name until the block ends, and no partial file left after a failure."""
     target = tmp_path / "shared" / "blob"
     with storage.writing(str(target)) as local:
         local.write_bytes(b"whole")
@@ -426,6 +425,8 @@ def test_writing_puts_a_file_in_place_whole_or_not_at_all(bucket: str, tmp_path:
     assert target.read_bytes() == b"whole"
     assert sorted(p.name for p in target.parent.iterdir()) == ["blob"]
 
+
+def test_writing_uploads_when_the_block_ends_and_not_when_it_fails(bucket: str) -> None:
     uri = f"s3://{bucket}/writing/blob"
     with pytest.raises(RuntimeError), storage.writing(uri) as local:
         local.write_bytes(b"part")

@@ -79,12 +79,12 @@ def _address_space_headroom() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
-    mapped = proc_bytes("/proc/self/status", "VmSize")
+    mapped = proc_bytes(Path("/proc/self/status"), "VmSize")
     return soft if mapped is None else soft - mapped
 
 
 def _meminfo_available() -> int | None:
-    return proc_bytes("/proc/meminfo", "MemAvailable")
+    return proc_bytes(Path("/proc/meminfo"), "MemAvailable")
 
 
 def available_memory() -> int | None:

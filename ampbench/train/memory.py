@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ampbench.errors import AmpbenchError
 from ampbench.logs import log
 from ampbench.process import proc_bytes
 from ampbench.results import Memory
@@ -38,7 +39,10 @@ class MemoryMeter:
 
     @staticmethod
     def _status_bytes(field_name: str) -> float:
-        return float(proc_bytes("/proc/self/status", field_name) or 0)
+        found = proc_bytes(Path("/proc/self/status"), field_name)
+        if found is None:  # not Linux: no figure rather than a zero that looks like one
+            raise AmpbenchError(f"/proc/self/status: no {field_name} to read CPU memory from")
+        return float(found)
 
     def _now(self) -> tuple[float, float]:
         if self.cuda:

@@ -171,7 +171,7 @@ def _torchvision_options(name: str, image_shape: ImageShape) -> dict[str, Any]:
 
 
 # -- package.module:factory -----------------------------------------------------------------------
-def _one_line(error: BaseException) -> str:
+def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
@@ -191,7 +191,7 @@ def load_factory(name: str) -> Callable[..., Any]:
                 "it on PYTHONPATH)"
             )
         else:  # the module was found; its own code, or something it imports, failed
-            reason = f"importing {module_name}: {_one_line(error)}"
+            reason = f"importing {module_name}: {_first_line(error)}"
         raise AmpbenchError(f"--model {name}: {reason}") from None
     target: Any = module
     for part in attribute.split("."):
@@ -268,7 +268,7 @@ def build_model(name: str, num_classes: int, image_shape: ImageShape = (3, 32, 3
         what = "the factory" if ":" in name else "building it"
         raise AmpbenchError(
             f"--model {name}: {what} failed for {_shape_text(image_shape)} images "
-            f"(channels x height x width): {_one_line(error)}"
+            f"(channels x height x width): {_first_line(error)}"
         ) from None
 
 
@@ -349,7 +349,7 @@ def check_model(name: str, num_classes: int, image_shape: ImageShape) -> None:
         except Exception as error:
             raise AmpbenchError(
                 f"--model {name}: cannot take {_shape_text(image_shape)} images (channels x "
-                f"height x width): {_one_line(error)}"
+                f"height x width): {_first_line(error)}"
             ) from None
 
 
