@@ -100,19 +100,19 @@ def _epoch_v1(epoch: dict, images: int) -> dict:
 def upgrade_v2(old: dict) -> dict:
     """Results of schema version 2 in schema 3: the same protocol and figures, without the
     process's start-up, which version 2 did not record."""
-    return {
-        **old,
-        "schema_version": 3,
-        "timing": {**old["timing"], "startup": None},
-        "upgraded_from_schema": old.get("upgraded_from_schema") or 2,
-    }
+    return _timing_added(old, 2, "startup")
 
 
 def upgrade_v3(old: dict) -> dict:
     """Results of schema version 3 in schema 4: the same figures; no compile cache then."""
+    return _timing_added(old, 3, "compile_cache")
+
+
+def _timing_added(old: dict, version: int, field: str) -> dict:
+    """Results of `version` in the next, whose timing adds `field`, unrecorded (None)."""
     return {
         **old,
-        "schema_version": 4,
-        "timing": {**old["timing"], "compile_cache": None},
-        "upgraded_from_schema": old.get("upgraded_from_schema") or 3,
+        "schema_version": version + 1,
+        "timing": {**old["timing"], field: None},
+        "upgraded_from_schema": old.get("upgraded_from_schema") or version,
     }

@@ -335,28 +335,35 @@ def copy_tree(local_dir: Path, destination: str, names: list[str] | None = None)
 
 
 def read_bytes(location: str) -> bytes:
-    if not is_s3(location):
-        return Path(location).read_bytes()
-    bucket, key = split_s3(location)
-    response = _s3_call(location, client().get_object, Bucket=bucket, Key=key)
-    return response["Body"].read()
+    """The file's or object's bytes; a missing object is one line naming it."""
+    try:
+        return _read(location)
+    except _Missing as missing:
+        raise describe_error(location, missing.error) from None
 
 
 def read_bytes_if_any(location: str) -> bytes | None:
     """The file's or object's bytes; None where there is none (any other failure raises)."""
-    if not is_s3(location):
-        path = Path(location)
-        return path.read_bytes() if path.is_file() else None
-    bucket, key = split_s3(location)
     try:
-        response = _s3_call(location, _get_object, bucket, key)
-    except _Missing:
+        return _read(location)
+    except (_Missing, FileNotFoundError):
         return None
+
+
+def _read(location: str) -> bytes:
+    if not is_s3(location):
+        return Path(location).read_bytes()
+    bucket, key = split_s3(location)
+    response = _s3_call(location, _get_object, bucket, key)
     return _s3_call(location, response["Body"].read)
 
 
 class _Missing(Exception):
-    """No object at the key (read_bytes_if_any's None)."""
+    """No object at the key: an error for read_bytes, None for read_bytes_if_any."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _get_object(bucket: str, key: str) -> Any:
@@ -366,7 +373,7 @@ def _get_object(bucket: str, key: str) -> Any:
         return client().get_object(Bucket=bucket, Key=key)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-            raise _Missing from None
+            raise _Missing(error) from None
         raise
 
 
