@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ampbench import schema
 from ampbench.errors import AmpbenchError
@@ -69,6 +70,20 @@ DEFINITIONS = {
         "initialisation, then the data read and put on the device and the model and optimizer "
         "built. Not in the end-to-end time; what a task spends after training (outputs, the "
         "MLflow model, exit) is in neither"
+    ),
+    "Energy": (
+        "the device's own energy counter read where the training clock starts and stops (after "
+        "the device sync) and over the end-to-end window: NVML's total energy on CUDA, the RAPL "
+        "package zones of Linux powercap on a CPU, summed over the processes' devices; J/image is "
+        "the training energy over the images trained, and the energy ratio arm over baseline of "
+        "J/image (geometric mean of per-seed ratios). Marked unreliable where a window is shorter "
+        "than 10 of the counter's updates (NVML: 100 ms) per reading"
+    ),
+    "Cost": (
+        "with --gpu-hour-price and/or --energy-price: device-hours x processes x the device-hour "
+        "price, plus kWh x the energy price, for the training time and for the end-to-end time; "
+        "saved is the baseline's cost minus the arm's (mean of per-seed differences), per run "
+        "and per 1,000 runs. Start-up and what follows training are in neither"
     ),
     "Accuracy delta": (
         "arm minus baseline test accuracy in percentage points, the mean of per-seed differences"
@@ -132,6 +147,41 @@ class TimeSpent:
 
 
 @dataclass(frozen=True)
+class EnergySummary:
+    """An arm's energy over its seeds (DEFINITIONS["Energy"])."""
+
+    counter: str  # nvml or rapl
+    train_j: Estimate
+    end_to_end_j: Estimate
+    j_per_image: Estimate
+    reliable: bool  # every seed's windows long enough for the counter to resolve
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What the cost figures are priced at (DEFINITIONS["Cost"]); None: not given."""
+
+    device_hour: float | None
+    kwh: float | None
+
+    @classmethod
+    def given(cls, gpu_hour_price: float, energy_price: float) -> Prices | None:
+        """The prices a run was given (0: none); None where neither was."""
+        if not (gpu_hour_price or energy_price):
+            return None
+        return cls(gpu_hour_price or None, energy_price or None)
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    """An arm's cost per run over its seeds, at Comparison.prices."""
+
+    train: Estimate
+    end_to_end: Estimate
+    energy_included: bool  # False: an energy price was given but no energy was measured
+
+
+@dataclass(frozen=True)
 class ArmSummary:
     """One arm over the seeds compared."""
 
@@ -155,6 +205,9 @@ class ArmSummary:
     target_reached: list[int] | None  # the seeds that reached it; None: no target was set
     epochs: list[dict[str, float]]  # per-epoch figures averaged over seeds, for the plots
     per_seed: list[ArmResults]
+    energy: EnergySummary | None = None  # None: not every seed measured it
+    energy_unavailable: str | None = None  # why there is no energy figure, where recorded
+    cost: CostSummary | None = None  # None: no price given (or nothing to price)
 
 
 @dataclass(frozen=True)
@@ -173,6 +226,19 @@ class ArmComparison:
     time_to_target_ratio: Estimate | None
     per_seed: dict[str, list[float | None]]  # each figure's per-seed values, in `seeds` order
     note: str | None = None
+    energy_ratio: Estimate | None = None  # J/image, arm over baseline; None: not measured
+    # The baseline's cost per run minus the arm's, at Comparison.prices; None: no price.
+    cost_saved: Estimate | None = None  # over the training time
+    end_to_end_cost_saved: Estimate | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What limits an arm's gain, or what its figures cannot carry (compare/why.py's rules)."""
+
+    rule: str
+    sentence: str  # with the figure behind it
+    qualifies: Literal["speed", "accuracy"] | None  # the verdict's claim it qualifies
 
 
 @dataclass(frozen=True)
@@ -204,6 +270,8 @@ class Comparison:
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     # Where arms ran at several world sizes (torchrun processes: GPUs); empty otherwise.
     scaling: list[ScalingRow] = field(default_factory=list)
+    prices: Prices | None = None  # None: no price given, no cost figures
+    why: dict[str, list[Finding]] = field(default_factory=dict)  # per compared arm
 
 
 def read_comparison(path: Path) -> Comparison:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from ampbench.argtypes import accuracy_drop, json_list, json_object, one_of
+from ampbench.argtypes import accuracy_drop, json_list, json_object, non_negative_number, one_of
 from ampbench.cluster import CONFIG_MAP, GPU_RESOURCE, SECRET, TRAIN_CPU, TRAIN_MEMORY
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import DEFAULT_RUNS
@@ -81,6 +81,17 @@ class ComparisonSettings:
         -1.0,
         "fail when an arm loses more than this many percentage points of accuracy (-1: off)",
         parse=accuracy_drop,
+    )
+    gpu_hour_price: float = setting(
+        0.0,
+        "price of one device (a GPU, or the CPU machine) for an hour, for each arm's cost and "
+        "what it saves (0: no price, no cost figures)",
+        parse=non_negative_number,
+    )
+    energy_price: float = setting(
+        0.0,
+        "price of a kWh of the energy measured, for the cost figures (0: no price)",
+        parse=non_negative_number,
     )
 
 

@@ -97,6 +97,20 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Energy:
+    """DEFINITIONS["Energy"]: the device's energy counter over the training clock and over the
+    end-to-end window, summed over the processes' devices (train/energy.py)."""
+
+    counter: Literal["nvml", "rapl"] | None  # None: no counter; `unavailable` says why
+    unavailable: str | None
+    train_j: float | None
+    end_to_end_j: float | None
+    j_per_image: float | None  # train_j over the images trained
+    reliable: bool | None  # False: a window too short for the counter's updates to resolve
+    devices: int  # the counters summed
+
+
+@dataclass(frozen=True)
 class EpochRecord:
     epoch: int
     train_loss: float
@@ -111,6 +125,21 @@ class EpochRecord:
     lr: float
     loss_scale: float  # 1 without a GradScaler: every arm logs the same metric names
     skipped_steps: int
+    loss_scales: list[float] | None = None  # fp16: the scale each step trained with
+
+
+@dataclass(frozen=True)
+class Fp16Numerics:
+    """Once per fp16 arm, after training and off the clock (train/numerics.py): one batch's
+    loss unscaled and scaled, and the share of its parameters' gradient elements (the nonzero
+    ones) that fp16 would flush to zero without the loss scale, and that overflow at it."""
+
+    loss: float
+    loss_scale: float
+    scaled_loss: float
+    gradient_elements: int  # the nonzero ones, over which the shares are taken
+    underflow_share: float  # zero in fp16 unscaled
+    overflow_share: float  # inf in fp16 once scaled
 
 
 @dataclass(frozen=True)
@@ -202,6 +231,8 @@ class ArmResults:
     compute: Compute | None = None
     time_to_target: TimeToTarget | None = None
     distributed: Distributed | None = None  # None: written before it existed (one process)
+    energy: Energy | None = None  # None: written before energy was measured
+    fp16_numerics: Fp16Numerics | None = None  # fp16 arms only
     # Set when read from an older schema (old_results.py): its figures mean what they meant then.
     upgraded_from_schema: int | None = None
 

@@ -39,11 +39,17 @@ from common import (
 from ampbench.data import SourceOptions, prepare_dataset
 from ampbench.errors import AmpbenchError
 from ampbench.results import RESULTS_FILE
-from ampbench.tracking import PRECISION_TAG, TRACKING_URI_ENV, ArmRun
+from ampbench.tracking import (
+    PRECISION_TAG,
+    TRACKING_URI_ENV,
+    ArmRun,
+    DatasetInput,
+    LoggedModelSpec,
+)
 from ampbench.train import BASELINE_PRECISION
 from ampbench.train.config import TrainConfig
 from ampbench.train.loop import Trainer
-from ampbench.train.models import build_model, example_input
+from ampbench.train.models import build_model
 from ampbench.train.precision import cpu_capability, cpu_name
 from ampbench.train.tracker import EPOCH_METRICS
 
@@ -100,11 +106,15 @@ def logging_costs(uri: str, tmp: Path) -> dict[str, float]:
     results = tmp / RESULTS_FILE
     results.write_text("{}")
     started = time.perf_counter()
-    run.finish(
-        {RESULTS_FILE: results},
-        build_model("resnet18", 10).eval(),
-        example_input((32, 32, 3)).numpy(),
+    model = LoggedModelSpec(
+        module=build_model("resnet18", 10).eval(),
+        input_shape=(3, 32, 32),
+        classes=10,
+        metrics={"accuracy": 0.5},
+        dataset=DatasetInput("cifar10", "cifar10.tar.gz", "0" * 36, {"train": 128, "test": 128}),
+        step=EPOCHS,
     )
+    run.finish({RESULTS_FILE: results}, model)
     return {
         "create_s": create,
         "between_epochs_ms": 1000 * median(sends),

@@ -315,11 +315,14 @@ def test_the_end_of_a_run_names_its_experiments_runs_table(
 
 
 @pytest.mark.parametrize("registered", [False, True])
-def test_an_arm_run_holds_its_weights_and_a_registered_model_only_when_asked(
+def test_an_arm_run_holds_its_weights_a_loadable_model_and_its_data(
     registered: bool, synthetic_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The weights are the state dict the step wrote, logged as it is; exporting an MLflow
-    model (torch.export and MLflow's checks of it, seconds per task) is for --register-model."""
+    """The weights are the state dict the step wrote, logged as it is; the model is also a
+    LoggedModel of the run that mlflow.pytorch.load_model loads, computing what the weights
+    compute, with the headline metrics linked to it; the data set is the run's input; and the
+    model is registered only when asked."""
+    import mlflow.pytorch
     import torch
     from mlflow.artifacts import download_artifacts
 
@@ -345,11 +348,26 @@ def test_an_arm_run_holds_its_weights_and_a_registered_model_only_when_asked(
     model.load_state_dict(torch.load(weights, weights_only=True))
     experiment = client.get_experiment_by_name("weights")
     assert experiment is not None
-    models = client.search_logged_models(experiment_ids=[experiment.experiment_id])
-    assert [m.source_run_id for m in models] == ([run_id] if registered else [])
+    (logged,) = client.search_logged_models(experiment_ids=[experiment.experiment_id])
+    assert logged.source_run_id == run_id
+    linked = {metric.key: metric.value for metric in logged.metrics or []}
+    assert linked["accuracy"] == pytest.approx(results.accuracy)
+    assert linked["throughput_img_s"] == pytest.approx(results.timing.throughput_img_s)
+    loaded = mlflow.pytorch.load_model(f"models:/{logged.model_id}", map_location="cpu")
+    images = torch.rand(4, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(images), model.eval()(images))
+    (data,) = client.get_run(run_id).inputs.dataset_inputs
+    assert data.dataset.digest == results.dataset.sha256[:36]
+    assert data.dataset.source_type == "local"
+    tags = {tag.key: tag.value for tag in data.tags}
+    assert tags["train_images"] == str(results.dataset.train_images)
+    assert tags["mlflow.data.context"] == "training"
     if registered:
         (version,) = client.search_model_versions(f"name='{name}'")
         assert version.run_id == run_id
+    else:
+        assert not client.search_registered_models()
 
 
 def test_only_rank_0_of_a_tracked_run_tracks() -> None:

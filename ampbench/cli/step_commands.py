@@ -125,6 +125,7 @@ def add_compare(parser: argparse.ArgumentParser) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from ampbench.compare.report import render_text
     from ampbench.compare.step import CompareOutputs, run_comparison
+    from ampbench.comparison import Prices
 
     comparison = run_comparison(
         args.results,
@@ -132,6 +133,7 @@ def _compare(args: argparse.Namespace) -> int:
         baseline=args.baseline_precision,
         max_accuracy_drop_pp=args.max_accuracy_drop,
         allow_mismatch=args.allow_mismatch,
+        prices=Prices.given(args.gpu_hour_price, args.energy_price),
     )
     print(render_text(comparison))
     return 0

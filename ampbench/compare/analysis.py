@@ -17,9 +17,23 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ampbench.compare.published import published_differences
 from ampbench.compare.stats import mean_estimate, ratio_estimate
-from ampbench.compare.summary import batch_size_of, best_per_model, scaling_rows, summarize
+from ampbench.compare.summary import (
+    batch_size_of,
+    best_per_model,
+    measured_energy,
+    run_cost,
+    scaling_rows,
+    summarize,
+)
+from ampbench.compare.why import findings
 from ampbench.compare.wording import Notes, best_sentence, verdict
-from ampbench.comparison import COMPARISON_SCHEMA_VERSION, ArmComparison, Comparison
+from ampbench.comparison import (
+    COMPARISON_SCHEMA_VERSION,
+    ArmComparison,
+    Comparison,
+    Estimate,
+    Prices,
+)
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import group_label
 from ampbench.results import ArmResults
@@ -100,8 +114,39 @@ def _memory_ratios(
     return None
 
 
+def _energy_ratios(pairs: Sequence[tuple[ArmResults, ArmResults]]) -> list[float] | None:
+    """Per-seed J/image ratios, arm over baseline, where every run of both measured it."""
+    if not measured_energy([run for both in pairs for run in both]):
+        return None
+    per_image = [
+        (b.energy.j_per_image, a.energy.j_per_image)  # type: ignore[union-attr]
+        for b, a in pairs
+    ]
+    if not all(b and a and b > 0 and a > 0 for b, a in per_image):
+        return None
+    return [a / b for b, a in per_image]  # type: ignore[operator]
+
+
+def _costs_saved(
+    pairs: Sequence[tuple[ArmResults, ArmResults]], prices: Prices | None
+) -> tuple[Estimate | None, Estimate | None]:
+    """The baseline's cost minus the arm's, per seed, over training and end to end."""
+    if prices is None:
+        return None, None
+    costs = [(run_cost(b, prices), run_cost(a, prices)) for b, a in pairs]
+    if any(b is None or a is None for b, a in costs):
+        return None, None
+    train = [b[0] - a[0] for b, a in costs]  # type: ignore[index]
+    end_to_end = [b[1] - a[1] for b, a in costs]  # type: ignore[index]
+    return mean_estimate(train), mean_estimate(end_to_end)
+
+
 def pair(
-    baseline: str, base: Sequence[ArmResults], name: str, arm: Sequence[ArmResults]
+    baseline: str,
+    base: Sequence[ArmResults],
+    name: str,
+    arm: Sequence[ArmResults],
+    prices: Prices | None = None,
 ) -> ArmComparison:
     """The arm against the baseline; both lists hold the same seeds in the same order."""
     pairs = list(zip(base, arm, strict=True))
@@ -125,6 +170,8 @@ def pair(
             "memory ratio not given: a training peak of 0 MB in some seed (on a CPU the resident "
             "set need not grow when freed pages are reused)"
         )
+    energy = _energy_ratios(pairs)
+    cost_saved, end_to_end_cost_saved = _costs_saved(pairs, prices)
     return ArmComparison(
         arm=name,
         baseline=baseline,
@@ -142,6 +189,9 @@ def pair(
             "accuracy_delta_pp": list(deltas),
         },
         note=note,
+        energy_ratio=ratio_estimate(energy) if energy else None,
+        cost_saved=cost_saved,
+        end_to_end_cost_saved=end_to_end_cost_saved,
     )
 
 
@@ -175,7 +225,10 @@ def above_chance(run: ArmResults) -> bool:
 
 
 def compare_runs(
-    runs: Sequence[ArmResults], baseline: str = BASELINE_PRECISION, allow_mismatch: bool = False
+    runs: Sequence[ArmResults],
+    baseline: str = BASELINE_PRECISION,
+    allow_mismatch: bool = False,
+    prices: Prices | None = None,
 ) -> Comparison:
     """An experiment matrix's runs (any models, batch sizes, precisions and seeds), each arm
     named by arm_label and compared within its (model, batch size) group."""
@@ -202,7 +255,7 @@ def compare_runs(
     for run in runs:
         label = arm_label(run, models_vary, batch_sizes_vary, world_sizes_vary)
         arms.setdefault(label, []).append(run)
-    return compare_arms(arms, baseline, allow_mismatch, group_by=MATRIX_SETTINGS)
+    return compare_arms(arms, baseline, allow_mismatch, group_by=MATRIX_SETTINGS, prices=prices)
 
 
 def _differences_allowed(
@@ -223,21 +276,23 @@ def compare_arms(
     baseline: str = BASELINE_PRECISION,
     allow_mismatch: bool = False,
     group_by: Sequence[str] = (),
+    prices: Prices | None = None,
 ) -> Comparison:
     """Every arm against its group's `baseline` precision; see the module docstring.
 
     group_by: the settings (of MATRIX_SETTINGS) that put arms into groups; without it all arms
-    form one group and must agree in everything but precision and seed.
+    form one group and must agree in everything but precision and seed. prices: what the cost
+    figures are priced at (None: no cost figures).
     """
     found = _differences_allowed(arms, group_by, allow_mismatch)
     group_of, baseline_of = _baselines(arms, baseline, group_by)
     common, paired, unpaired = _paired_seeds(arms)
     summaries = {
-        name: summarize(name, runs, group_of[name], baseline_of[name])
+        name: summarize(name, runs, group_of[name], baseline_of[name], prices)
         for name, runs in paired.items()
     }
     comparisons = {
-        name: pair(baseline_of[name], paired[baseline_of[name]], name, runs)
+        name: pair(baseline_of[name], paired[baseline_of[name]], name, runs, prices)
         for name, runs in paired.items()
         if name != baseline_of[name]
     }
@@ -248,7 +303,18 @@ def compare_arms(
     best = best_per_model(summaries, comparisons)
     at_chance = bool(notes.at_chance)
     this = comparisons[headline]
-    sentence = verdict(this, summaries[headline], summaries[baseline_of[headline]], at_chance)
+    why = {
+        name: findings(summaries[name], summaries[this_arm.baseline], this_arm)
+        for name, this_arm in comparisons.items()
+    }
+    sentence = verdict(
+        this,
+        summaries[headline],
+        summaries[baseline_of[headline]],
+        at_chance,
+        prices,
+        why[headline],
+    )
     if len(groups) > 1:
         sentence += " " + best_sentence(best, summaries, comparisons)
     return Comparison(
@@ -269,6 +335,8 @@ def compare_arms(
         groups=groups,
         best_per_model=best,
         scaling=scaling_rows(summaries, comparisons),
+        prices=prices,
+        why=why,
         speedup=this.speedup.value,
         end_to_end_ratio=this.end_to_end_ratio.value,
         memory_ratio=this.memory_ratio.value if this.memory_ratio else None,

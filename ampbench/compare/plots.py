@@ -19,6 +19,8 @@ PLOTS = ("curves.png", "throughput.png", "memory.png")
 BATCH_PLOT = "batch_scaling.png"
 # Only where arms ran at several world sizes: images/s against processes, with ideal scaling.
 SCALING_PLOT = "gpu_scaling.png"
+# Only where an arm trained with a GradScaler (fp16): its loss scale at every step.
+LOSS_SCALE_PLOT = "loss_scale.png"
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
 
 
@@ -167,6 +169,36 @@ def _curves(comparison: Comparison, path: Path) -> None:
     plt.close(figure)
 
 
+def _loss_scales(comparison: Comparison, path: Path) -> bool:
+    """Each fp16 arm's loss scale at every step (its first seed), on a log axis, with the
+    skipped steps the halvings show; False where no arm has a GradScaler."""
+    scaled = {
+        name: [s for epoch in arm.per_seed[0].epochs for s in epoch.loss_scales or []]
+        for name, arm in comparison.arms.items()
+    }
+    scaled = {name: scales for name, scales in scaled.items() if scales}
+    if not scaled:
+        return False
+    figure, ax = plt.subplots(figsize=(8, 4))
+    for index, (name, scales) in enumerate(scaled.items()):
+        seed = comparison.arms[name].per_seed[0]
+        ax.step(
+            range(1, len(scales) + 1),
+            scales,
+            where="post",
+            color=_color(index),
+            label=f"{name} seed {seed.seed}: {seed.skipped_steps} skipped steps",
+        )
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel="training step", ylabel="loss scale (log2)", title="fp16 loss scale per step")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
 def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     """Write the figures into `directory`; return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -196,4 +228,6 @@ def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     if comparison.scaling:
         paths.append(directory / SCALING_PLOT)
         _gpu_scaling(comparison, paths[-1])
+    if _loss_scales(comparison, directory / LOSS_SCALE_PLOT):
+        paths.append(directory / LOSS_SCALE_PLOT)
     return paths

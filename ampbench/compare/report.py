@@ -11,7 +11,7 @@ from html import escape
 from pathlib import Path
 
 from ampbench.compare.published import PUBLISHED, PUBLISHED_ARMS
-from ampbench.compare.wording import interval
+from ampbench.compare.wording import amount, interval, prices_text, saving_text
 from ampbench.comparison import ArmSummary, Comparison, Estimate, ScalingRow, TimeSpent
 
 TITLE = "ampbench: mixed precision against FP32"
@@ -82,6 +82,7 @@ def render_text(comparison: Comparison) -> str:
         f"Time spent, {name}: {time_spent_text(comparison.arms[name].time_spent)}"
         for name in (baseline, headline)
     ]
+    lines += why_lines(comparison)
     lines += [
         "",
         f"Verdict: {comparison.verdict}",
@@ -117,6 +118,91 @@ def _optional_lines(comparison: Comparison) -> list[str]:
             + _figure(this.time_to_target_ratio, ".2f", "x")
             + ("" if this.time_to_target_ratio else " (not both reached the target)")
         )
+    lines.append(energy_line(comparison))
+    lines += cost_lines(comparison)
+    lines += numerics_lines(comparison)
+    return lines
+
+
+def numerics_lines(comparison: Comparison) -> list[str]:
+    """Each fp16 arm's loss scale and what fp16 makes of its gradients (its first seed)."""
+    lines = []
+    for name, arm in comparison.arms.items():
+        run = arm.per_seed[0]
+        found = run.fp16_numerics
+        if found is None:
+            continue
+        skipped = ", ".join(str(epoch.skipped_steps) for epoch in run.epochs)
+        lines.append(
+            f"fp16 numerics, {name} seed {run.seed}: loss {found.loss:.4g} before scaling, "
+            f"{found.scaled_loss:.4g} after (scale {found.loss_scale:g}); "
+            f"{found.underflow_share:.2%} of {found.gradient_elements:,} nonzero gradient "
+            f"elements would flush to zero in fp16 without the scale, "
+            f"{found.overflow_share:.2%} overflow at it; skipped steps per epoch: {skipped}"
+        )
+    return lines
+
+
+def why_lines(comparison: Comparison) -> list[str]:
+    """One sentence per compared arm: what limits its gain, and what its figures cannot carry."""
+    lines = []
+    for name, found in comparison.why.items():
+        if found:
+            text = "; ".join(finding.sentence for finding in found)
+        else:
+            text = "no rule of the table finds a limit in its figures"
+        lines.append(f"Why, {name}: {text[0].upper()}{text[1:]}.")
+    return lines
+
+
+def energy_line(comparison: Comparison) -> str:
+    """The headline pair's energy (DEFINITIONS["Energy"]), or why there is none."""
+    this = comparison.comparisons[comparison.headline_arm]
+    names = (this.baseline, this.arm)
+    arms = [comparison.arms[name] for name in names]
+    energies = [arm.energy for arm in arms]
+    if energies[0] is None or energies[1] is None:
+        reason = next(
+            (arm.energy_unavailable for arm in arms if arm.energy_unavailable), "not recorded"
+        )
+        return f"Energy: not measured: {reason}"
+    parts = [
+        f"{name} {_figure(energy.train_j, ',.1f', ' J')}, "
+        f"{_figure(energy.j_per_image, '.4g', ' J/image')}"
+        for name, energy in zip(names, energies, strict=True)
+    ]
+    line = f"Energy (training, {energies[0].counter}): " + "; ".join(parts)
+    line += f"; energy ratio (J/image, {this.arm} / {this.baseline}): " + _figure(
+        this.energy_ratio, ".2f", "x"
+    )
+    if not all(energy.reliable for energy in energies):
+        line += " - UNRELIABLE: a timed window shorter than the counter resolves"
+    return line
+
+
+def cost_lines(comparison: Comparison) -> list[str]:
+    """Each arm's cost of one run and, for an arm against its baseline, what it saves; none
+    without a price (DEFINITIONS["Cost"])."""
+    prices = comparison.prices
+    if prices is None:
+        return []
+    lines = []
+    for name, arm in comparison.arms.items():
+        if arm.cost is None:
+            lines.append(
+                f"Cost, {name}: not given (nothing of it can be priced at {prices_text(prices)})"
+            )
+            continue
+        line = (
+            f"Cost, {name} (at {prices_text(prices)}): {amount(arm.cost.train.value)} per run of "
+            f"training, {amount(arm.cost.end_to_end.value)} end to end"
+        )
+        if not arm.cost.energy_included:
+            line += " (energy not measured: the device-hours only)"
+        this = comparison.comparisons.get(name)
+        if this is not None and this.cost_saved is not None:
+            line += f"; {saving_text(this.cost_saved)} against {this.baseline}"
+        lines.append(line)
     return lines
 
 
@@ -282,6 +368,21 @@ def _add_optional_columns(comparison: Comparison, arms: Table, ratios: Table) ->
         ratio_header.append("time-to-target ratio")
         for row, this in zip(ratio_rows, comparison.comparisons.values(), strict=True):
             row.append(_figure(this.time_to_target_ratio, ".2f", "x"))
+    if any(arm.energy for arm in summaries):
+        arm_header.append("energy (J/image)")
+        for row, arm in zip(arm_rows, summaries, strict=True):
+            row.append(_figure(arm.energy.j_per_image, ".4g") if arm.energy else "-")
+        ratio_header.append("energy ratio")
+        for row, this in zip(ratio_rows, comparison.comparisons.values(), strict=True):
+            row.append(_figure(this.energy_ratio, ".2f", "x"))
+    if comparison.prices is not None:
+        arm_header.append("cost per run")
+        for row, arm in zip(arm_rows, summaries, strict=True):
+            row.append(amount(arm.cost.train.value) if arm.cost else "-")
+        ratio_header.append("saved per run")
+        for row, this in zip(ratio_rows, comparison.comparisons.values(), strict=True):
+            saved = this.cost_saved
+            row.append(amount(saved.value) if saved else "-")
 
 
 def compile_cache_text(spent: TimeSpent) -> str:

@@ -11,7 +11,7 @@ from ampbench import PIPELINE_NAME
 from ampbench.compare.analysis import compare_runs
 from ampbench.compare.plots import write_plots
 from ampbench.compare.report import render_html, render_markdown
-from ampbench.comparison import Comparison
+from ampbench.comparison import Comparison, Prices
 from ampbench.errors import AmpbenchError
 from ampbench.experiment import ComparisonSettings
 from ampbench.logs import log
@@ -69,6 +69,9 @@ def headline_metrics(comparison: Comparison) -> dict[str, float]:
             "memory_ratio",
             "accuracy_delta_pp",
             "time_to_target_ratio",
+            "energy_ratio",
+            "cost_saved",
+            "end_to_end_cost_saved",
         ):
             estimate = getattr(this, key)
             if estimate is None:
@@ -88,12 +91,13 @@ def run_comparison(
     parent_run: ParentRunOptions | None = None,
     max_accuracy_drop_pp: float = ComparisonSettings.max_accuracy_drop,
     allow_mismatch: bool = False,
+    prices: Prices | None = None,
 ) -> Comparison:
     """Compare the training results (any arms and seeds, each arm against its group's
     `baseline` precision) and write the outputs; then fail if an arm lost too much accuracy
     (after writing, so that the evidence is kept)."""
     runs = [read_arm_results(path) for path in results]
-    comparison = compare_runs(runs, baseline=baseline, allow_mismatch=allow_mismatch)
+    comparison = compare_runs(runs, baseline=baseline, allow_mismatch=allow_mismatch, prices=prices)
     for path in (outputs.comparison, outputs.report, outputs.html):
         path.parent.mkdir(parents=True, exist_ok=True)
     plots = write_plots(comparison, outputs.plots)

@@ -8,7 +8,16 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 
 from ampbench.compare.stats import mean_estimate
-from ampbench.comparison import ArmComparison, ArmSummary, Estimate, ScalingRow, TimeSpent
+from ampbench.comparison import (
+    ArmComparison,
+    ArmSummary,
+    CostSummary,
+    EnergySummary,
+    Estimate,
+    Prices,
+    ScalingRow,
+    TimeSpent,
+)
 from ampbench.results import ArmResults
 
 
@@ -61,7 +70,76 @@ def time_spent(runs: Sequence[ArmResults]) -> TimeSpent:
     )
 
 
-def summarize(name: str, runs: Sequence[ArmResults], group: str, baseline_arm: str) -> ArmSummary:
+J_PER_KWH = 3.6e6
+
+
+def measured_energy(runs: Sequence[ArmResults]) -> bool:
+    """Whether every seed has an energy figure (a mean over some would pass for all)."""
+    return all(run.energy is not None and run.energy.train_j is not None for run in runs)
+
+
+def energy_summary(runs: Sequence[ArmResults]) -> EnergySummary | None:
+    if not measured_energy(runs):
+        return None
+    energies = [run.energy for run in runs if run.energy is not None]
+    return EnergySummary(
+        counter=str(energies[0].counter),
+        train_j=mean_estimate([float(e.train_j) for e in energies]),  # type: ignore[arg-type]
+        end_to_end_j=mean_estimate([float(e.end_to_end_j) for e in energies]),  # type: ignore[arg-type]
+        j_per_image=mean_estimate([float(e.j_per_image) for e in energies]),  # type: ignore[arg-type]
+        reliable=all(e.reliable for e in energies),
+    )
+
+
+def energy_unavailable(runs: Sequence[ArmResults]) -> str | None:
+    """Why a seed has no energy figure: its own words, or that it was not recorded."""
+    for run in runs:
+        if run.energy is None:
+            return "energy not recorded by the ampbench that trained it"
+        if run.energy.unavailable:
+            return run.energy.unavailable
+    return None
+
+
+def run_cost(run: ArmResults, prices: Prices) -> tuple[float, float] | None:
+    """(training, end-to-end) cost of one run at `prices` (DEFINITIONS["Cost"]); None where
+    nothing it has can be priced."""
+    energy = run.energy if run.energy is not None and run.energy.train_j is not None else None
+    if prices.device_hour is None and (prices.kwh is None or energy is None):
+        return None
+    costs = []
+    for seconds, joules in (
+        (run.timing.train_time_s, energy.train_j if energy else None),
+        (run.timing.end_to_end_s, energy.end_to_end_j if energy else None),
+    ):
+        cost = (prices.device_hour or 0.0) * run.world_size * seconds / 3600.0
+        if prices.kwh is not None and joules is not None:
+            cost += prices.kwh * joules / J_PER_KWH
+        costs.append(cost)
+    return costs[0], costs[1]
+
+
+def cost_summary(runs: Sequence[ArmResults], prices: Prices | None) -> CostSummary | None:
+    if prices is None:
+        return None
+    costs = [run_cost(run, prices) for run in runs]
+    if any(cost is None for cost in costs):
+        return None
+    known = [cost for cost in costs if cost is not None]
+    return CostSummary(
+        train=mean_estimate([cost[0] for cost in known]),
+        end_to_end=mean_estimate([cost[1] for cost in known]),
+        energy_included=prices.kwh is None or measured_energy(runs),
+    )
+
+
+def summarize(
+    name: str,
+    runs: Sequence[ArmResults],
+    group: str,
+    baseline_arm: str,
+    prices: Prices | None = None,
+) -> ArmSummary:
     return ArmSummary(
         name=name,
         precision=runs[0].precision,
@@ -95,6 +173,9 @@ def summarize(name: str, runs: Sequence[ArmResults], group: str, baseline_arm: s
         ),
         epochs=_mean_epochs(runs),
         per_seed=list(runs),
+        energy=energy_summary(runs),
+        energy_unavailable=energy_unavailable(runs),
+        cost=cost_summary(runs, prices),
     )
 
 

@@ -3,10 +3,11 @@ arm per model, and the warnings printed in front of the figures."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ampbench.comparison import ArmComparison, ArmSummary, Estimate
+from ampbench.comparison import ArmComparison, ArmSummary, Estimate, Finding, Prices
 from ampbench.results import ArmResults, PrecisionRecord
 from ampbench.train.precisions import ALIASES, ARMS
 
@@ -45,8 +46,57 @@ def interval(estimate: Estimate | None, fmt: str, unit: str = "") -> str:
     return f"95% CI {estimate.low:{fmt}}{unit} to {estimate.high:{fmt}}{unit}"
 
 
-def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_chance: bool) -> str:
-    """One sentence a person can act on, from the headline arm's figures."""
+def amount(value: float) -> str:
+    """A sum of money in the prices' unit, three significant digits, never in e-notation."""
+    if value == 0:
+        return "0"
+    digits = max(2, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
+
+
+def prices_text(prices: Prices) -> str:
+    """`2.5 per device-hour and 0.3 per kWh`: what the costs are priced at."""
+    parts = [f"{prices.device_hour:g} per device-hour"] if prices.device_hour is not None else []
+    parts += [f"{prices.kwh:g} per kWh"] if prices.kwh is not None else []
+    return " and ".join(parts)
+
+
+def saving_text(saved: Estimate) -> str:
+    """`saves 0.00694 per run (6.94 per 1,000 runs; 95% CI ...)`, or `costs ... more`."""
+    figure = abs(saved.value)
+    text = (
+        f"saves {amount(figure)} per run"
+        if saved.value >= 0
+        else (f"costs {amount(figure)} more per run")
+    )
+    text += f" ({amount(1000 * figure)} per 1,000 runs"
+    if saved.low is not None and saved.high is not None:
+        text += f"; saved per run, 95% CI {amount(saved.low)} to {amount(saved.high)}"
+    return text + ")"
+
+
+def cost_sentence(comparison: ArmComparison, prices: Prices | None) -> str:
+    """What the arm saves against its baseline at the given prices; "" without a price."""
+    if prices is None or comparison.cost_saved is None:
+        return ""
+    return (
+        f" At {prices_text(prices)}, {comparison.arm} {saving_text(comparison.cost_saved)} "
+        f"against {comparison.baseline} in training time."
+    )
+
+
+def verdict(
+    comparison: ArmComparison,
+    arm: ArmSummary,
+    base: ArmSummary,
+    at_chance: bool,
+    prices: Prices | None = None,
+    why: Sequence[Finding] = (),
+) -> str:
+    """One sentence a person can act on, from the headline arm's figures (and what it saves,
+    where a price is given); a claim that a finding of compare/why.py qualifies is made with
+    the finding beside it."""
+    qualified = {f.qualifies: f.sentence for f in why if f.qualifies is not None}
     run = arm.per_seed[0]
     against = precision_label(base.precision)
     speed = comparison.speedup
@@ -90,6 +140,11 @@ def verdict(comparison: ArmComparison, arm: ArmSummary, base: ArmSummary, at_cha
         f"On {run.device.name} ({run.device.type}), {precision_label(arm.precision)} "
         f"{speed_text} {memory_text}{accuracy_text}."
     )
+    if "speed" in qualified:
+        sentence += f" Not a speed figure: {qualified['speed']}."
+    if "accuracy" in qualified and not at_chance:
+        sentence += f" Not an accuracy figure: {qualified['accuracy']}."
+    sentence += cost_sentence(comparison, prices)
     if speed.n == 1:
         sentence += " One seed per arm: no intervals, so no claim of significance."
     return sentence

@@ -18,6 +18,7 @@ from ampbench.train.compile_cache import CompileCache, archive_name, location_of
 from ampbench.train.config import TrainConfig
 from ampbench.train.data import draw_crop_flip, read_to_device, step_generator
 from ampbench.train.device import device_record, pick_device, seed_everything
+from ampbench.train.energy import EnergyMeter
 from ampbench.train.flops import FlopAccount, train_step_flops
 from ampbench.train.fp8 import convert_for_fp8
 from ampbench.train.graphs import StepInputs, settle_cuda_graphs
@@ -40,7 +41,7 @@ class ArmSetup:
         self._read_data()
         self._build_model()
         self.state = LoopState()
-        self.counters = DeviceCounters.zeros(self.device)
+        self.counters = DeviceCounters.zeros(self.device, self.steps_per_epoch)
         self.training = TrainingState(
             self.model, self.optimizer, self.scaler, self.lr, self.counters
         )
@@ -65,6 +66,7 @@ class ArmSetup:
             train_data=self.train_data,
             eval_data=self.eval_data,
             memory=self.memory,
+            energy=self.energy,
             flops=self.flops,
             scaler=self.scaler,
             startup=self.startup,
@@ -92,6 +94,7 @@ class ArmSetup:
         seed_everything(config.seed, config.deterministic)
         self.memory = MemoryMeter(self.device)
         self.memory.start()
+        self.energy = EnergyMeter(self.device, self.world)
         self.startup = StartupClock()  # imports done, the device initialised
 
     def _read_data(self) -> None:

@@ -30,7 +30,7 @@ from torch import nn
 
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
-from ampbench.results import ArmResults, EpochRecord
+from ampbench.results import ArmResults, EpochRecord, Fp16Numerics
 from ampbench.train import distributed
 from ampbench.train.arm import ArmSetup
 from ampbench.train.checkpoint import host_copy
@@ -40,6 +40,7 @@ from ampbench.train.data import epoch_order
 from ampbench.train.device import sync
 from ampbench.train.flops import flop_counter_mode
 from ampbench.train.graphs import StepInputs, StepRunner
+from ampbench.train.numerics import fp16_numerics
 from ampbench.train.precision import math_mode
 from ampbench.train.record import evaluate
 from ampbench.train.state import WarmUpRecord
@@ -60,6 +61,7 @@ class Trainer(ArmSetup):
         self.resumed_from: str | None = None
         self.warm = WarmUpRecord()
         self.compile_cache: CompileCache | None = None  # kept: compiled code lives in it
+        self.numerics: Fp16Numerics | None = None
         self.startup.state_ready()  # last in __init__: the warm-up can start
 
     def run(self) -> ArmResults:
@@ -70,11 +72,14 @@ class Trainer(ArmSetup):
         self.log_arm()
         with math_mode(self.precision):
             self.memory.mark_resident()
+            self.energy.begin()  # the end-to-end window: warm-up, epochs, evaluation
             self.warm_up(model)  # inside math_mode: the code warmed up is the code timed
             self.memory.skip_window()
             gc.collect()  # not in the middle of a timed epoch
             while self.state.epoch < self.config.epochs and self.state.target_epoch is None:
                 self.train_epoch()
+            if self.precision.grad_scaler:
+                self.numerics = self.measure_fp16_numerics()
         return self.results()
 
     def model_to_train(self) -> nn.Module:
@@ -102,6 +107,7 @@ class Trainer(ArmSetup):
         epoch_start = self.timed_steps(order, epoch)
         distributed.barrier(self.device)  # the epoch ends when the slowest rank's does
         epoch_time = state.epoch_elapsed_s + (time.perf_counter() - epoch_start)
+        state.train_energy_j += self.energy.close()
         # Rank 0's clock for all: each rank's differs by the barrier's return alone.
         epoch_time = distributed.broadcast_float(epoch_time, self.device)
         (train_peak_mb,) = distributed.max_over_ranks([self.memory.window_peak_mb()], self.device)
@@ -119,6 +125,7 @@ class Trainer(ArmSetup):
         """The epoch's remaining steps; the clock's start of its last stretch (a checkpoint
         stops the clock while it is written)."""
         state, config = self.state, self.config
+        self.energy.open()  # read before the clock starts, and after it stops
         epoch_start = time.perf_counter()
         with Progress(
             self.steps_per_epoch - state.step,
@@ -136,7 +143,9 @@ class Trainer(ArmSetup):
                     # The queued steps, on every rank, belong to training time.
                     distributed.barrier(self.device)
                     state.epoch_elapsed_s += time.perf_counter() - epoch_start
+                    state.train_energy_j += self.energy.close()
                     self.checkpoints.write(self.training, state)
+                    self.energy.open()
                     epoch_start = time.perf_counter()
         return epoch_start
 
@@ -147,6 +156,11 @@ class Trainer(ArmSetup):
         sums = torch.stack([self.counters.loss_sum, self.counters.correct])
         loss_sum, correct = distributed.all_reduce(sums).tolist()
         skipped = self.counters.skipped.item()
+        loss_scales = (
+            self.counters.loss_scales[: self.steps_per_epoch].tolist()
+            if self.precision.grad_scaler
+            else None
+        )
         self.memory.reset_peak()
         distributed.broadcast_buffers(self.model)
         eval_start = time.perf_counter()
@@ -157,7 +171,13 @@ class Trainer(ArmSetup):
         self.state.eval_time_s += time.perf_counter() - eval_start
         lr = self.config.lr * self.schedule(self.state.global_step - 1)
         return self.record.epoch(
-            epoch, epoch_time, train_peak_mb, (loss_sum, correct, skipped), evaluated, lr
+            epoch,
+            epoch_time,
+            train_peak_mb,
+            (loss_sum, correct, skipped),
+            evaluated,
+            lr,
+            loss_scales,
         )
 
     def check_health(self) -> None:
@@ -283,8 +303,36 @@ class Trainer(ArmSetup):
         scales = (scale_before, self.scaler._scale) if self.precision.grad_scaler else None
         self.counters.count_step(loss, logits, labels, scales)  # type: ignore[arg-type]
 
+    def measure_fp16_numerics(self) -> Fp16Numerics:
+        """fp16's gradients with and without the loss scale (numerics.py), on the first batch
+        of the first epoch, after the epochs and off the clock; BatchNorm's statistics, which
+        its forward pass moves, are put back."""
+        buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+        order = epoch_order(len(self.train_data), self.config.seed, 0, self.device)
+        inputs = self.step_inputs(order, 0, 0)
+
+        def loss_of(model: nn.Module) -> torch.Tensor:
+            images, labels = self.train_data.train_batch(inputs.rows, inputs.offsets, inputs.flip)
+            return self.criterion(model(images), labels)
+
+        found = fp16_numerics(self.model, loss_of, self.precision, self.scaler.get_scale())
+        with torch.no_grad():
+            for name, buffer in self.model.named_buffers():
+                buffer.copy_(buffers[name])
+        log.info(
+            "fp16 numerics: loss %.4g, scaled by %g: %.4g; of %d nonzero gradient elements "
+            "%.2f%% would flush to zero in fp16 without the scale, %.2f%% overflow at it",
+            found.loss,
+            found.loss_scale,
+            found.scaled_loss,
+            found.gradient_elements,
+            100 * found.underflow_share,
+            100 * found.overflow_share,
+        )
+        return found
+
     def results(self) -> ArmResults:
-        return self.record.results(self.state, self.warm, self.resumed_from)
+        return self.record.results(self.state, self.warm, self.resumed_from, self.numerics)
 
 
 def train(

@@ -355,9 +355,3 @@ def check_model(name: str, num_classes: int, image_shape: ImageShape) -> None:
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def example_input(image_shape: tuple[int, int, int]) -> torch.Tensor:
-    """A batch the model takes; image_shape (channels, height, width) as it trains on."""
-    # Batch 2, not 1: torch.export would specialise a batch dimension of 1 to a constant.
-    return torch.zeros(2, *image_shape)

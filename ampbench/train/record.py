@@ -17,6 +17,7 @@ from ampbench.results import (
     DeviceRecord,
     Distributed,
     EpochRecord,
+    Fp16Numerics,
     TimeToTarget,
     Timing,
 )
@@ -24,6 +25,7 @@ from ampbench.train import distributed
 from ampbench.train.config import TrainConfig
 from ampbench.train.data import DeviceSplit
 from ampbench.train.device import software_versions
+from ampbench.train.energy import EnergyMeter
 from ampbench.train.flops import FlopAccount
 from ampbench.train.memory import MemoryMeter
 from ampbench.train.models import parameter_count
@@ -74,6 +76,7 @@ class Recorder:
         train_data: DeviceSplit,
         eval_data: dict[str, DeviceSplit],
         memory: MemoryMeter,
+        energy: EnergyMeter,
         flops: FlopAccount,
         scaler: torch.amp.GradScaler,
         startup: StartupClock,
@@ -90,6 +93,7 @@ class Recorder:
         self.train_data = train_data
         self.eval_data = eval_data
         self.memory = memory
+        self.energy = energy
         self.flops = flops
         self.scaler = scaler
         self.startup = startup
@@ -106,9 +110,10 @@ class Recorder:
         train_sums: tuple[float, float, float],
         evaluated: dict[str, tuple[float, float]],
         lr: float,
+        loss_scales: list[float] | None = None,
     ) -> EpochRecord:
         """The epoch's record, logged: `train_sums` are (loss sum, correct, skipped steps),
-        `evaluated` each split's (loss, accuracy)."""
+        `evaluated` each split's (loss, accuracy), `loss_scales` fp16's per step."""
         images = self.steps_per_epoch * self.global_batch
         loss_sum, correct, skipped = train_sums
         val = evaluated.get("val", (None, None))
@@ -128,6 +133,7 @@ class Recorder:
             # a scaler the scale is 1 and nothing is skipped.
             loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else 1.0,
             skipped_steps=int(skipped),
+            loss_scales=loss_scales,
         )
         log.info(
             "epoch %d/%d %s: train loss %.4f, accuracy %.4f, test loss %.4f, accuracy %.4f, "
@@ -145,7 +151,11 @@ class Recorder:
         return record
 
     def results(
-        self, state: LoopState, warm_up: WarmUpRecord, resumed_from: str | None
+        self,
+        state: LoopState,
+        warm_up: WarmUpRecord,
+        resumed_from: str | None,
+        fp16_numerics: Fp16Numerics | None = None,
     ) -> ArmResults:
         """The arm's results (ampbench/results.py) after the epochs in `state`."""
         config = self.config
@@ -164,6 +174,8 @@ class Recorder:
             test_loss=last.test_loss,
             timing=self.timing(state, warm_up, trained_images),
             memory=self.memory.record_over_ranks(self.world),
+            energy=self.energy.record(state.train_energy_j, state.train_time_s, trained_images),
+            fp16_numerics=fp16_numerics,
             skipped_steps=sum(e.skipped_steps for e in epochs),
             loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else None,
             resumed_from=resumed_from,

@@ -34,6 +34,7 @@ class LoopState:
     history: list[dict[str, Any]] = field(default_factory=list)
     train_time_s: float = 0.0  # completed epochs
     epoch_elapsed_s: float = 0.0  # the current epoch, up to the last checkpoint
+    train_energy_j: float = 0.0  # this process's counter over the training clock (energy.py)
     eval_time_s: float = 0.0
     checkpoint_time_s: float = 0.0
     # --target-accuracy: the training time and epoch at which test accuracy first reached it
@@ -71,11 +72,17 @@ class DeviceCounters:
     skipped: torch.Tensor  # fp16 steps the GradScaler skipped, this epoch
     skip_streak: torch.Tensor
     longest_skip_streak: torch.Tensor
+    # fp16: the loss scale each step of the epoch trained with, by step (preallocated: the
+    # captured step writes into it, and it is read between epochs).
+    loss_scales: torch.Tensor
 
     @classmethod
-    def zeros(cls, device: torch.device) -> DeviceCounters:
-        names = [field.name for field in dataclasses.fields(cls)]
-        counters = cls(*(torch.zeros((), device=device, dtype=torch.float64) for _ in names))
+    def zeros(cls, device: torch.device, steps_per_epoch: int = 1) -> DeviceCounters:
+        names = [field.name for field in dataclasses.fields(cls)][:-1]
+        counters = cls(
+            *(torch.zeros((), device=device, dtype=torch.float64) for _ in names),
+            loss_scales=torch.zeros(max(1, steps_per_epoch), device=device, dtype=torch.float32),
+        )
         counters.reset()
         return counters
 
@@ -103,6 +110,9 @@ class DeviceCounters:
         self.loss_sum += loss.detach().double() * len(labels)
         self.correct += (logits.argmax(dim=1) == labels).sum()
         if scales is not None:
+            # A warm-up longer than an epoch writes its last steps into the last place.
+            place = self.steps.long().clamp(max=len(self.loss_scales) - 1).reshape(1)
+            self.loss_scales.index_copy_(0, place, scales[0].reshape(1).float())
             # The scaler lowers its scale exactly when it skipped the step (inf/NaN grads).
             skipped = (scales[1] < scales[0]).double().squeeze()
             self.skipped += skipped

@@ -19,10 +19,11 @@ from ampbench.tracking import (
     PRECISION_TAG,
     STATE_DICT_ARTIFACT,
     ArmRun,
+    DatasetInput,
+    LoggedModelSpec,
     preload,
     safe_tracking_uri,
 )
-from ampbench.train.models import example_input
 
 if TYPE_CHECKING:
     from ampbench.train.loop import Trainer
@@ -69,6 +70,13 @@ def summary(results: ArmResults) -> dict[str, float]:
         "train_peak_reserved_mb": memory.train_peak_reserved_mb,
         "skipped_steps": results.skipped_steps,
     }
+    energy = results.energy
+    if energy is not None:
+        values |= {
+            "train_energy_j": energy.train_j,
+            "end_to_end_energy_j": energy.end_to_end_j,
+            "energy_j_per_image": energy.j_per_image,
+        }
     return {key: float(value) for key, value in values.items() if value is not None}
 
 
@@ -179,26 +187,33 @@ class MlflowTracker:
     def record(self, results: ArmResults) -> ArmResults:
         assert self.run is not None
         mlflow = TrackingRecord(safe_tracking_uri(), self.run.experiment, self.run.run_id)
-        results = dataclasses.replace(results, mlflow=mlflow)
-        self.run.log_metrics(summary(results), step=self.last_step)
-        return results
+        return dataclasses.replace(results, mlflow=mlflow)
 
     def finish(
         self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path]
     ) -> ArmResults:
-        # The weights are the file just written; only a model to register is exported as an
-        # MLflow model (torch.export and MLflow's checks of it: seconds per task).
+        # The weights are logged twice over: the state dict the step wrote, as it is, and the
+        # model as a LoggedModel, with the run's headline metrics linked to it.
         assert self.run is not None and results.mlflow is not None
         results_path, model_path = outputs
-        model = example = None
-        if self.options.registered_model_name:
-            model = trainer.model.to("cpu", memory_format=torch.contiguous_format).eval()
-            example = example_input(trainer.train_data.image_shape).numpy()
+        dataset = results.dataset
+        splits = {"train": dataset.train_images, "test": dataset.test_images}
+        model = LoggedModelSpec(
+            module=trainer.model.to("cpu", memory_format=torch.contiguous_format).eval(),
+            input_shape=tuple(trainer.train_data.image_shape),  # type: ignore[arg-type]
+            classes=dataset.classes,
+            metrics=summary(results),
+            dataset=DatasetInput(
+                name=f"{Path(dataset.source).name or dataset.source} ({dataset.sha256[:12]})",
+                source=dataset.source,
+                digest=dataset.sha256[:36],
+                splits=splits,
+            ),
+            step=self.last_step,
+            registered_model_name=self.options.registered_model_name or None,
+        )
         run_id = self.run.finish(
-            {RESULTS_FILE: results_path, STATE_DICT_ARTIFACT: model_path},
-            model,
-            example,
-            self.options.registered_model_name or None,
+            {RESULTS_FILE: results_path, STATE_DICT_ARTIFACT: model_path}, model
         )
         results = dataclasses.replace(
             results, mlflow=dataclasses.replace(results.mlflow, run_id=run_id)

@@ -29,6 +29,8 @@ def compare(
     tracking: bool,
     max_accuracy_drop: float,
     allow_mismatch: bool,
+    gpu_hour_price: float,
+    energy_price: float,
     pipeline_run_id: str = "",
 ) -> None:
     """Compare every arm with its (model, batch size) group's baseline arm over all seeds;
@@ -36,6 +38,7 @@ def compare(
 
     allow_mismatch: compare arms that differ in more than precision (say, GPU models), with a
     warning in the report, instead of refusing.
+    gpu_hour_price, energy_price: what each arm's cost is priced at (0: no price).
     """
     from pathlib import Path
 
@@ -45,6 +48,7 @@ def compare(
         headline_metrics,
         run_comparison,
     )
+    from ampbench.comparison import Prices
     from ampbench.errors import reported_as_step
     from ampbench.logs import setup_logging
 
@@ -59,6 +63,7 @@ def compare(
             parent_run=ParentRunOptions(experiment, pipeline_run_id) if tracking else None,
             max_accuracy_drop_pp=max_accuracy_drop,
             allow_mismatch=allow_mismatch,
+            prices=Prices.given(gpu_hour_price, energy_price),
         )
     for key, value in headline_metrics(outcome).items():
         metrics.log_metric(key, value)
