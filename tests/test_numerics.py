@@ -3,6 +3,8 @@ fp16 arm the gradient elements fp16 would flush to zero unscaled and overflow on
 
 from __future__ import annotations
 
+import itertools
+
 from pathlib import Path
 
 import pytest
@@ -70,7 +72,7 @@ def test_an_fp16_arm_records_its_scale_per_step_and_its_numerics(synthetic_datas
     assert scales[0] == 2.0**20  # the first step trains at the initial scale
     # The scaler halves the scale exactly after a skipped step (and grows it only after 2,000
     # good ones): the trajectory and the final scale account for every skip.
-    halvings = sum(after < before for before, after in zip(scales, scales[1:], strict=False))
+    halvings = sum(after < before for before, after in itertools.pairwise(scales))
     last_skipped = results.loss_scale is not None and results.loss_scale < scales[-1]
     assert halvings + last_skipped == results.skipped_steps > 0
     numerics = results.fp16_numerics
