@@ -4,7 +4,6 @@ fp16 arm the gradient elements fp16 would flush to zero unscaled and overflow on
 from __future__ import annotations
 
 import itertools
-
 from pathlib import Path
 
 import pytest
