@@ -1,6 +1,11 @@
 """ampbench: what does automatic mixed precision buy us? FP32 against AMP, on Kubeflow."""
 
+import os
 from importlib.metadata import PackageNotFoundError, version
+
+# The profiler's library (kineto) reads its log level once, as torch loads: without this its
+# warnings and errors (a failed GPU count on a CPU) land among ampbench's lines.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 try:
     __version__ = version("ampbench")

@@ -53,6 +53,7 @@ class TrainingSettings:
     compile: bool = same_as(TrainConfig, "compile")
     deterministic: bool = same_as(TrainConfig, "deterministic")
     label_smoothing: float = same_as(TrainConfig, "label_smoothing")
+    profile_steps: int = same_as(TrainConfig, "profile_steps")
     # A pipeline's tasks share it beside their checkpoints where none is given (run_train_task).
     compile_cache: str = same_as(TrainConfig, "compile_cache", default="")
     # A pipeline's tasks checkpoint periodically where a directory is given; a bare

@@ -143,6 +143,30 @@ class Fp16Numerics:
 
 
 @dataclass(frozen=True)
+class OpTime:
+    name: str  # an aten op (a CPU) or a kernel (CUDA)
+    ms_per_step: float  # its own device time
+    share: float  # of the profile's device time
+
+
+@dataclass(frozen=True)
+class Profile:
+    """K more steps after the timed epochs, off the clock and undone (train/profile.py)."""
+
+    steps: int
+    replayed: bool  # CUDA-graph replays, as the arm trained
+    wall_ms_per_step: float
+    device_busy_share: float  # CUDA: kernel time over wall time; a CPU: op time over it
+    matmul_conv_share: float  # of device time
+    tensor_core_share: float | None  # of device time, by kernel name; None: not CUDA
+    top_ops: list[OpTime]
+    flops_by_dtype: dict[str, int]  # matmul, convolution and attention FLOPs of one step
+    low_precision_flop_share: float | None  # autocast's coverage; None: no low dtype
+    fp32_layers: list[str]  # convolutions and Linear layers autocast left in fp32
+    trace: str | None  # the Chrome trace's file name, a step output beside the results
+
+
+@dataclass(frozen=True)
 class Versions:
     ampbench: str
     torch: str
@@ -233,6 +257,7 @@ class ArmResults:
     distributed: Distributed | None = None  # None: written before it existed (one process)
     energy: Energy | None = None  # None: written before energy was measured
     fp16_numerics: Fp16Numerics | None = None  # fp16 arms only
+    profile: Profile | None = None  # None: --profile-steps 0
     # Set when read from an older schema (old_results.py): its figures mean what they meant then.
     upgraded_from_schema: int | None = None
 

@@ -178,6 +178,10 @@ def summary_lines(run: LocalRun) -> list[str]:
     lines.append(f"report  : {run.outputs.report} (and {run.outputs.html.name}, plots/)")
     lines.append(f"models  : {run.output_dir / MODELS_DIR}")
     lines.append(f"pipeline outputs: {run.pipeline_root}")
+    lines.append(
+        "traces  : each train task's `trace` output there (and `profile/` in each arm's MLflow "
+        "run): gzipped Chrome trace JSON, which Perfetto opens"
+    )
     lines.append(f"full logs: {run.run_log}")
     mlflow_info = run.comparison.mlflow
     if mlflow_info:

@@ -9,7 +9,7 @@ from arms import arm_result, with_
 from ampbench.compare.analysis import compare_arms
 from ampbench.compare.report import render_text
 from ampbench.compare.why import MIN_TIMED_S, MIN_TIMED_STEPS, RULES
-from ampbench.results import ArmResults
+from ampbench.results import ArmResults, OpTime, Profile
 
 
 def pair(fp32: list[ArmResults], amp: list[ArmResults], baseline: str = "fp32") -> list[str]:
@@ -29,6 +29,9 @@ def test_every_rule_is_tested_here() -> None:
     assert [rule.name for rule in RULES] == [
         "short timed window",
         "accuracy the test set cannot resolve",
+        "launch- or host-bound",
+        "time outside matmul and convolution",
+        "low autocast coverage",
         "emulated precision",
         "baseline not strict FP32",
     ]
@@ -80,6 +83,51 @@ def test_an_accuracy_delta_the_test_set_cannot_resolve_is_qualified() -> None:
     assert resolved.why["amp"] == []
     assert "accuracy the test set" not in pair(
         runs("fp32", dataset__test_images=30), runs("amp", dataset__test_images=30)
+    )
+
+
+def profiled(busy: float = 0.95, matmul: float = 0.8, coverage: float | None = 1.0) -> Profile:
+    return Profile(
+        steps=20,
+        replayed=False,
+        wall_ms_per_step=10.0,
+        device_busy_share=busy,
+        matmul_conv_share=matmul,
+        tensor_core_share=None,
+        top_ops=[OpTime("aten::add_", 2.0, 0.2)],
+        flops_by_dtype={"float16": 90, "float32": 10},
+        low_precision_flop_share=coverage,
+        fp32_layers=["fc", "features.0"] if coverage is not None and coverage < 1 else [],
+        trace=None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("profile", "rule", "fires"),
+    [
+        (profiled(busy=0.5), "launch- or host-bound", True),
+        (profiled(busy=0.8), "launch- or host-bound", False),
+        (profiled(matmul=0.3), "time outside matmul and convolution", True),
+        (profiled(matmul=0.5), "time outside matmul and convolution", False),
+        (profiled(coverage=0.6), "low autocast coverage", True),
+        (profiled(coverage=0.9), "low autocast coverage", False),
+        (profiled(coverage=None), "low autocast coverage", False),
+    ],
+)
+def test_the_profile_s_rules(profile: Profile, rule: str, fires: bool) -> None:
+    found = pair(runs("fp32"), runs("amp", profile=profile))
+    assert (rule in found) is fires
+    assert len(found) == int(fires)  # the other rules stay silent on these figures
+
+
+def test_low_coverage_names_the_layers_left_in_fp32() -> None:
+    comparison = compare_arms(
+        {"fp32": runs("fp32"), "amp": runs("amp", profile=profiled(coverage=0.6))}
+    )
+    (finding,) = comparison.why["amp"]
+    assert finding.sentence == (
+        "autocast ran only 60% of its matmul and convolution FLOPs in float16; layers left in "
+        "fp32: fc, features.0"
     )
 
 

@@ -121,7 +121,49 @@ def _optional_lines(comparison: Comparison) -> list[str]:
     lines.append(energy_line(comparison))
     lines += cost_lines(comparison)
     lines += numerics_lines(comparison)
+    lines += profile_lines(comparison)
     return lines
+
+
+def profile_lines(comparison: Comparison) -> list[str]:
+    """Each arm's profile, off the clock (its first seed's), in one line."""
+    lines = []
+    for name, arm in comparison.arms.items():
+        profile = arm.per_seed[0].profile
+        if profile is None:
+            continue
+        how = "CUDA-graph replays" if profile.replayed else "eager"
+        parts = [
+            f"device busy {profile.device_busy_share:.0%} of wall time",
+            f"matmul and convolution {profile.matmul_conv_share:.0%} of device time",
+        ]
+        if profile.tensor_core_share is not None:
+            parts.append(f"tensor-core kernels {profile.tensor_core_share:.0%}")
+        if profile.low_precision_flop_share is not None:
+            parts.append(
+                f"{profile.low_precision_flop_share:.0%} of matmul FLOPs in "
+                f"{arm.precision.autocast_dtype or arm.precision.resolved}"
+            )
+        lines.append(
+            f"Profile, {name} ({profile.steps} steps, {how}, off the clock): " + ", ".join(parts)
+        )
+    return lines
+
+
+def top_ops_table(comparison: Comparison) -> Table:
+    """The top ops by device time, each arm beside the others (ms a step, share)."""
+    profiles = {
+        name: arm.per_seed[0].profile
+        for name, arm in comparison.arms.items()
+        if arm.per_seed[0].profile is not None
+    }
+    ops = list(dict.fromkeys(op.name for p in profiles.values() for op in p.top_ops))  # type: ignore[union-attr]
+    cells = {
+        name: {op.name: f"{op.ms_per_step:.2f} ({op.share:.0%})" for op in p.top_ops}  # type: ignore[union-attr]
+        for name, p in profiles.items()
+    }
+    rows = [[op, *(cells[name].get(op, "-") for name in profiles)] for op in ops]
+    return ["op (ms a step, share of device time)", *profiles], rows
 
 
 def numerics_lines(comparison: Comparison) -> list[str]:
@@ -341,6 +383,8 @@ def tables(comparison: Comparison) -> dict[str, Table]:
         found = {"At a glance": matrix_table(comparison), **found}
     if comparison.scaling:
         found["Scaling"] = scaling_table(comparison)
+    if any(arm.per_seed[0].profile for arm in comparison.arms.values()):
+        found["Top ops by device time (profile, off the clock)"] = top_ops_table(comparison)
     return found
 
 

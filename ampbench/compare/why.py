@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ampbench.comparison import ArmComparison, ArmSummary, Finding
-from ampbench.results import ArmResults
+from ampbench.results import ArmResults, Profile
 
 # A speed figure needs this much timed training in every run of both arms: fewer steps or
 # seconds are within the clock's and the device's jitter (a first step's page faults, a
@@ -20,6 +20,13 @@ from ampbench.results import ArmResults
 MIN_TIMED_STEPS = 20
 MIN_TIMED_S = 1.0
 BINOMIAL_CONFIDENCE = 0.95
+# From the profile (train/profile.py): a device busy for less of a step's wall time waits on
+# launches or the host; less of its time in matmul and convolution leaves little for a lower
+# precision to speed up; less coverage leaves FLOPs in fp32.
+BUSY_SHARE = 0.8
+MATMUL_SHARE = 0.5
+COVERAGE_SHARE = 0.9
+LAYERS_NAMED = 5
 
 
 @dataclass(frozen=True)
@@ -105,9 +112,60 @@ def baseline_not_strict(pair: Pair) -> str | None:
     )
 
 
+def _profile(pair: Pair) -> Profile | None:
+    """The arm's profile (its first seed's: the seeds train the same steps)."""
+    return pair.arm.per_seed[0].profile
+
+
+def launch_bound(pair: Pair) -> str | None:
+    profile = _profile(pair)
+    if profile is None or profile.device_busy_share >= BUSY_SHARE:
+        return None
+    how = "CUDA-graph replays" if profile.replayed else "eager steps"
+    return (
+        f"the device is busy only {profile.device_busy_share:.0%} of each step's wall time "
+        f"({profile.steps} profiled {how}, {profile.wall_ms_per_step:.1f} ms a step): the step "
+        "waits on kernel launches or the host, which a lower precision does not shorten; CUDA "
+        "graphs, torch.compile or a larger batch would"
+    )
+
+
+def outside_matmul(pair: Pair) -> str | None:
+    profile = _profile(pair)
+    if profile is None or profile.matmul_conv_share >= MATMUL_SHARE:
+        return None
+    top = profile.top_ops[0] if profile.top_ops else None
+    return (
+        f"only {profile.matmul_conv_share:.0%} of its device time is in matmul and convolution "
+        "work, the part a lower precision speeds up; the rest (elementwise, normalisation, the "
+        "optimizer) runs at memory speed"
+        + (f" (the largest: {top.name}, {top.share:.0%})" if top else "")
+    )
+
+
+def low_coverage(pair: Pair) -> str | None:
+    profile = _profile(pair)
+    if profile is None or profile.low_precision_flop_share is None:
+        return None
+    if profile.low_precision_flop_share >= COVERAGE_SHARE:
+        return None
+    layers = profile.fp32_layers
+    named = ", ".join(layers[:LAYERS_NAMED]) + (
+        f" and {len(layers) - LAYERS_NAMED} more" if len(layers) > LAYERS_NAMED else ""
+    )
+    return (
+        f"autocast ran only {profile.low_precision_flop_share:.0%} of its matmul and "
+        f"convolution FLOPs in {pair.arm.precision.autocast_dtype or pair.arm.precision.resolved}"
+        + (f"; layers left in fp32: {named}" if layers else "")
+    )
+
+
 RULES = (
     Rule("short timed window", short_window, qualifies="speed"),
     Rule("accuracy the test set cannot resolve", unresolved_accuracy, qualifies="accuracy"),
+    Rule("launch- or host-bound", launch_bound),
+    Rule("time outside matmul and convolution", outside_matmul),
+    Rule("low autocast coverage", low_coverage),
     Rule("emulated precision", emulated),
     Rule("baseline not strict FP32", baseline_not_strict),
 )

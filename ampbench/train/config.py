@@ -112,6 +112,12 @@ class TrainConfig:
         f"({', '.join(GRAD_COMM)})",
         parse=one_of(GRAD_COMM),
     )
+    profile_steps: int = setting(
+        20,
+        "after the timed epochs, this many more steps under torch.profiler, off the clock and "
+        "undone: why the arm gained what it gained, and a Chrome trace (0: off)",
+        parse=non_negative_int,
+    )
     cuda_graphs: bool = setting(
         True,
         "on a CUDA GPU, replay each training step as one CUDA graph (the kernel launches out "
@@ -187,6 +193,7 @@ class TrainConfig:
         skip = {"dataset_dir", "device", "checkpoint_dir", "resume", "keep_checkpoints"}
         skip |= {"compile_cache"}  # where compiled code is kept, not what it computes
         skip |= {"allow_emulated"}
+        skip |= {"profile_steps"}  # after the timed epochs, and undone
         values = {k: v for k, v in asdict(self).items() if k not in skip}
         return {**values, "optimizer": "sgd-nesterov", "schedule": "one-cycle-linear"}
 

@@ -140,6 +140,7 @@ class EnergyMeter:
         self.reads = reads
         self._opened: float | None = None
         self._began: tuple[float, float] | None = None  # (joules, wall clock)
+        self._window: tuple[float, float] = (0.0, 0.0)  # the end-to-end (joules, seconds)
         self.windows = 0
 
     def _joules(self) -> float:
@@ -150,6 +151,15 @@ class EnergyMeter:
         """The end-to-end window starts (with the warm-up)."""
         if self.counter is not None:
             self._began = (self._joules(), time.perf_counter())
+
+    def end(self) -> None:
+        """The end-to-end window ends (before anything off the record: a profile)."""
+        if self.counter is not None and self._began is not None:
+            self._window = (
+                self._joules() - self._began[0],
+                time.perf_counter() - self._began[1],
+            )
+            self._began = None
 
     def open(self) -> None:
         """A stretch of the training clock starts (call after the sync, before the clock)."""
@@ -166,10 +176,8 @@ class EnergyMeter:
 
     def record(self, train_j: float, train_time_s: float, trained_images: int) -> Energy:
         """The arm's energy, summed over the ranks' counters (`train_j` this rank's)."""
-        end_to_end_j, end_to_end_s = 0.0, 0.0
-        if self.counter is not None and self._began is not None:
-            end_to_end_j = self._joules() - self._began[0]
-            end_to_end_s = time.perf_counter() - self._began[1]
+        self.end()
+        end_to_end_j, end_to_end_s = self._window
         update_s = self.counter.update_s if self.counter is not None else 0.0
         resolved = train_time_s >= RESOLVED_UPDATES * max(1, self.windows) * update_s
         has = 1.0 if self.counter is not None else 0.0

@@ -30,6 +30,7 @@ from ampbench.results import (
 )
 from ampbench.train import worker
 from ampbench.train.config import TrainConfig
+from ampbench.train.profile import TRACE_FILE
 from ampbench.train.tracker import TrackingOptions
 from ampbench.train.trainjob import TrainJobSpec
 from ampbench.world import world_from_env
@@ -113,11 +114,13 @@ def train_hand_off(arm: HandOff) -> ArmResults | None:
             output_dir / RESULTS_FILE,
             output_dir / MODEL_FILE,
             arm.tracking,
+            trace_path=output_dir / TRACE_FILE,
         )
         if not world_from_env().main:
             return None
         if local is not None:
-            storage.copy_tree(local, arm.output_dir, [RESULTS_FILE, MODEL_FILE])
+            written = [RESULTS_FILE, MODEL_FILE] + ([TRACE_FILE] if results.profile else [])
+            storage.copy_tree(local, arm.output_dir, written)
     return results
 
 
@@ -184,9 +187,11 @@ def collect_outputs(
     results_path: Path,
     model_path: Path,
     requested_resources: RequestedResources | None,
+    trace_path: Path | None = None,
 ) -> ArmResults:
-    """The arm's results and model from where the training processes wrote them (a local
-    folder or an s3:// prefix) to the train step's outputs, with the resources it requested."""
+    """The arm's results, model and trace (where it profiled) from where the training
+    processes wrote them (a local folder or an s3:// prefix) to the train step's outputs, with
+    the resources it requested."""
     with tempfile.TemporaryDirectory(prefix="ampbench-outputs-") as tmp:
         local = Path(tmp)
         for name in (RESULTS_FILE, MODEL_FILE):
@@ -202,6 +207,9 @@ def collect_outputs(
         write_json(results_path, results)
         model_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(local / MODEL_FILE, model_path)
+        if trace_path is not None and results.profile is not None and results.profile.trace:
+            trace_path.parent.mkdir(parents=True, exist_ok=True)
+            trace_path.write_bytes(storage.read_bytes(storage.join(location, TRACE_FILE)))
     return results
 
 
@@ -212,13 +220,14 @@ def train_in_processes(
     model_path: Path,
     tracking: TrackingOptions | None,
     requested_resources: RequestedResources | None = None,
+    trace_path: Path | None = None,
 ) -> ArmResults:
     """Train one arm in `processes` processes of this machine (torchrun, one per GPU, or gloo
     between CPU processes where there is no GPU)."""
     with tempfile.TemporaryDirectory(prefix="ampbench-torchrun-") as out:
         hand_off = HandOff(config, str(config.dataset_dir), out, tracking).write(out)
         torchrun(processes, hand_off)
-        return collect_outputs(out, results_path, model_path, requested_resources)
+        return collect_outputs(out, results_path, model_path, requested_resources, trace_path)
 
 
 def trainjob_name(pipeline_run_id: str, run: str) -> str:
@@ -237,6 +246,7 @@ def train_on_nodes(
     tracking: TrackingOptions | None,
     requested_resources: RequestedResources | None = None,
     api_client: Any = None,
+    trace_path: Path | None = None,
 ) -> ArmResults:
     """Train one arm on job.num_nodes nodes through a Kubeflow Trainer TrainJob (trainjob.py).
 
@@ -267,4 +277,4 @@ def train_on_nodes(
     hand_off = HandOff(config, dataset, outputs, tracking).write(shared)
     job = dataclasses.replace(job, arguments=["--config", hand_off])
     TrainJobRun(api_client).run(manifest(job), job.active_deadline_s)
-    return collect_outputs(outputs, results_path, model_path, requested_resources)
+    return collect_outputs(outputs, results_path, model_path, requested_resources, trace_path)

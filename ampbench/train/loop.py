@@ -24,13 +24,14 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from ampbench.errors import AmpbenchError
 from ampbench.logs import Progress, log
-from ampbench.results import ArmResults, EpochRecord, Fp16Numerics
+from ampbench.results import ArmResults, EpochRecord, Fp16Numerics, Profile
 from ampbench.train import distributed
 from ampbench.train.arm import ArmSetup
 from ampbench.train.checkpoint import host_copy
@@ -42,6 +43,7 @@ from ampbench.train.flops import flop_counter_mode
 from ampbench.train.graphs import StepInputs, StepRunner
 from ampbench.train.numerics import fp16_numerics
 from ampbench.train.precision import math_mode
+from ampbench.train.profile import profile_arm
 from ampbench.train.record import evaluate
 from ampbench.train.state import WarmUpRecord
 
@@ -62,6 +64,8 @@ class Trainer(ArmSetup):
         self.warm = WarmUpRecord()
         self.compile_cache: CompileCache | None = None  # kept: compiled code lives in it
         self.numerics: Fp16Numerics | None = None
+        self.profile: Profile | None = None
+        self.trace_path: Path | None = None  # where the profile's Chrome trace goes, if kept
         self.startup.state_ready()  # last in __init__: the warm-up can start
 
     def run(self) -> ArmResults:
@@ -78,9 +82,20 @@ class Trainer(ArmSetup):
             gc.collect()  # not in the middle of a timed epoch
             while self.state.epoch < self.config.epochs and self.state.target_epoch is None:
                 self.train_epoch()
-            if self.precision.grad_scaler:
-                self.numerics = self.measure_fp16_numerics()
+            self.off_the_record()
         return self.results()
+
+    def off_the_record(self) -> None:
+        """What is measured after the epochs and kept out of every other figure: the end-to-end
+        window closes, the last memory window is folded in, then fp16's numerics and the
+        profile run, their own memory window skipped."""
+        self.energy.end()
+        self.memory.reset_peak()
+        if self.precision.grad_scaler:
+            self.numerics = self.measure_fp16_numerics()
+        if self.config.profile_steps and self.state.epoch:
+            self.profile = self.profile_steps()
+        self.memory.skip_window()
 
     def model_to_train(self) -> nn.Module:
         """The model as the steps run it (DDP-wrapped under torchrun, compiled with
@@ -331,8 +346,52 @@ class Trainer(ArmSetup):
         )
         return found
 
+    def profile_steps(self) -> Profile:
+        """--profile-steps more steps of the last epoch's, run as the arm trained (profile.py),
+        then one eager step counted by dtype; the training state put back after."""
+        saved = host_copy(self.training_state())
+        epoch = self.state.epoch - 1
+        order = epoch_order(len(self.train_data), self.config.seed, epoch, self.device)
+        first = epoch * self.steps_per_epoch
+
+        def step(index: int) -> None:
+            within = index % self.steps_per_epoch
+            self.take_step(self.step_inputs(order, epoch, within), first + within)
+
+        def eager_step() -> None:
+            self.train_step(self.model, self.step_inputs(order, epoch, 0))
+
+        low = self.precision.autocast_dtype
+        if low is None and self.precision.fp8_recipe is not None:
+            low = torch.float8_e4m3fn
+        found = profile_arm(
+            step,
+            self.config.profile_steps,
+            self.device,
+            self.cuda_graphs,
+            eager_step,
+            self.model,
+            low,
+            self.trace_path,
+        )
+        self.training.load(saved)
+        log.info(
+            "profile: %d steps off the clock (undone): device busy %.0f%% of wall time, "
+            "matmul and convolution %.0f%% of device time%s%s",
+            found.steps,
+            100 * found.device_busy_share,
+            100 * found.matmul_conv_share,
+            ""
+            if found.low_precision_flop_share is None
+            else f", {found.low_precision_flop_share:.0%} of matmul FLOPs in {low}",
+            f"; trace {self.trace_path}" if found.trace else "",
+        )
+        return found
+
     def results(self) -> ArmResults:
-        return self.record.results(self.state, self.warm, self.resumed_from, self.numerics)
+        return self.record.results(
+            self.state, self.warm, self.resumed_from, self.numerics, self.profile
+        )
 
 
 def train(

@@ -18,6 +18,7 @@ from ampbench.results import (
     Distributed,
     EpochRecord,
     Fp16Numerics,
+    Profile,
     TimeToTarget,
     Timing,
 )
@@ -156,6 +157,7 @@ class Recorder:
         warm_up: WarmUpRecord,
         resumed_from: str | None,
         fp16_numerics: Fp16Numerics | None = None,
+        profile: Profile | None = None,
     ) -> ArmResults:
         """The arm's results (ampbench/results.py) after the epochs in `state`."""
         config = self.config
@@ -176,6 +178,7 @@ class Recorder:
             memory=self.memory.record_over_ranks(self.world),
             energy=self.energy.record(state.train_energy_j, state.train_time_s, trained_images),
             fp16_numerics=fp16_numerics,
+            profile=profile,
             skipped_steps=sum(e.skipped_steps for e in epochs),
             loss_scale=self.scaler.get_scale() if self.precision.grad_scaler else None,
             resumed_from=resumed_from,

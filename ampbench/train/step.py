@@ -31,8 +31,10 @@ def run_training(
     model_path: Path,
     tracking: TrackingOptions | None = None,
     requested_resources: RequestedResources | None = None,
+    trace_path: Path | None = None,
 ) -> ArmResults:
-    """Train one arm; write results JSON and the state dict; log the run to MLflow.
+    """Train one arm; write results JSON, the state dict and (where it profiles) the Chrome
+    trace at `trace_path`; log the run to MLflow.
 
     The MLflow run is created, with its params, before the clock starts, and metrics are sent
     between epochs: nothing of MLflow's runs while training steps are timed. Under torchrun
@@ -40,6 +42,7 @@ def run_training(
     """
     tracker = tracker_for(tracking, world_from_env().rank)
     trainer = Trainer(config)
+    trainer.trace_path = trace_path if trainer.world.main else None
     tracker.start(trainer)
     trainer.on_epoch = tracker.epoch
     try:
@@ -56,4 +59,4 @@ def run_training(
     # On the host: the file then loads on a machine without the GPU it was trained on.
     torch.save({k: v.cpu() for k, v in trainer.model.state_dict().items()}, model_path)
     # After the outputs are written: if MLflow is down for good, nothing is lost.
-    return tracker.finish(results, trainer, (results_path, model_path))
+    return tracker.finish(results, trainer, (results_path, model_path, trace_path))

@@ -57,6 +57,7 @@ def run_train_task(
     checkpoint_dir: str = "",
     checkpoint_every: int = 0,
     pipeline_run_id: str = "",
+    trace_path: Path | None = None,
 ) -> ArmResults:
     """Train the arm `config` describes where `placement` says; write its results and weights.
 
@@ -98,12 +99,19 @@ def run_train_task(
                 "location reaches them"
             )
         job = trainjob_spec(placement, trainjob_name(pipeline_run_id, name))
-        return train_on_nodes(config, job, run_dir, results_path, model_path, tracking, requested)
+        return train_on_nodes(
+            config, job, run_dir, results_path, model_path, tracking, requested,
+            trace_path=trace_path,
+        )  # fmt: skip
     if placement.gpu_count > 1:
         return train_in_processes(
-            config, placement.gpu_count, results_path, model_path, tracking, requested
-        )
-    return run_training(config, results_path, model_path, tracking, requested_resources=requested)
+            config, placement.gpu_count, results_path, model_path, tracking, requested,
+            trace_path=trace_path,
+        )  # fmt: skip
+    return run_training(
+        config, results_path, model_path, tracking, requested_resources=requested,
+        trace_path=trace_path,
+    )  # fmt: skip
 
 
 def model_artifact_metadata(config: TrainConfig) -> dict[str, str]:

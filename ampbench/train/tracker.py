@@ -94,7 +94,7 @@ class Tracker(Protocol):
         """The results, naming the run; the headline figures sent."""
 
     def finish(
-        self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path]
+        self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path, Path | None]
     ) -> ArmResults:
         """After the outputs (results, weights) are written: they are logged with the run,
         which ends; the results as finally written."""
@@ -114,7 +114,7 @@ class NoTracker:
         return results
 
     def finish(
-        self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path]
+        self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path, Path | None]
     ) -> ArmResults:
         return results
 
@@ -190,12 +190,15 @@ class MlflowTracker:
         return dataclasses.replace(results, mlflow=mlflow)
 
     def finish(
-        self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path]
+        self, results: ArmResults, trainer: Trainer, outputs: tuple[Path, Path, Path | None]
     ) -> ArmResults:
         # The weights are logged twice over: the state dict the step wrote, as it is, and the
         # model as a LoggedModel, with the run's headline metrics linked to it.
         assert self.run is not None and results.mlflow is not None
-        results_path, model_path = outputs
+        results_path, model_path, trace_path = outputs
+        artifacts = {RESULTS_FILE: results_path, STATE_DICT_ARTIFACT: model_path}
+        if trace_path is not None and results.profile is not None and results.profile.trace:
+            artifacts[f"profile/{results.profile.trace}"] = trace_path  # opens in Perfetto
         dataset = results.dataset
         splits = {"train": dataset.train_images, "test": dataset.test_images}
         model = LoggedModelSpec(
@@ -212,9 +215,7 @@ class MlflowTracker:
             step=self.last_step,
             registered_model_name=self.options.registered_model_name or None,
         )
-        run_id = self.run.finish(
-            {RESULTS_FILE: results_path, STATE_DICT_ARTIFACT: model_path}, model
-        )
+        run_id = self.run.finish(artifacts, model)
         results = dataclasses.replace(
             results, mlflow=dataclasses.replace(results.mlflow, run_id=run_id)
         )

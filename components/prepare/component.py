@@ -50,6 +50,7 @@ def prepare(
     compile: bool,
     deterministic: bool,
     label_smoothing: float,
+    profile_steps: int,
     compile_cache: str,
     checkpoint_dir: str,
     checkpoint_every: int,

@@ -32,6 +32,7 @@ def train(
     model: dsl.Output[dsl.Model],
     metrics: dsl.Output[dsl.Metrics],
     results: dsl.Output[dsl.Artifact],
+    trace: dsl.Output[dsl.Artifact],
     epochs: int,
     lr: float,
     target_accuracy: float,
@@ -41,6 +42,7 @@ def train(
     compile: bool,
     deterministic: bool,
     label_smoothing: float,
+    profile_steps: int,
     compile_cache: str,
     checkpoint_dir: str,
     checkpoint_every: int,
@@ -65,7 +67,8 @@ def train(
     config_map: str = "",
     s3_secret: str = "",
 ) -> None:
-    """Train one precision arm; outputs the state dict, headline metrics and results JSON.
+    """Train one precision arm; outputs the state dict, headline metrics, results JSON and
+    the profile's Chrome trace (gzipped JSON for Perfetto; empty with profile_steps 0).
 
     requested_*: what the task asked Kubernetes for, recorded in the results beside the
     device that actually ran it (inside a pod only). With requested_gpu_count above 1 the
@@ -100,7 +103,7 @@ def train(
         )
         outcome = run_train_task(
             config, Path(results.path), Path(model.path), tracked, placement,
-            checkpoint_dir, checkpoint_every, pipeline_run_id,
+            checkpoint_dir, checkpoint_every, pipeline_run_id, Path(trace.path),
         )  # fmt: skip
     for name, value in summary(outcome).items():
         metrics.log_metric(name, value)
