@@ -229,8 +229,8 @@ def test_every_input_a_step_reads_by_name_is_a_setting_of_that_name() -> None:
     config_fields = {f.name for f in fields(TrainConfig)}
     leaves = {leaf.name for leaf in parameters()}
     own = {
-        train: {"dataset", "model", "metrics", "results", "trace", "model_name", "experiment", "tracking",
-                "registered_model_name", "num_nodes", "trainer_runtime", "timeout_s",
+        train: {"dataset", "model", "metrics", "results", "trace", "model_name", "experiment",
+                "tracking", "registered_model_name", "num_nodes", "trainer_runtime", "timeout_s",
                 "pipeline_run_id", "requested_gpu_type", "requested_gpu_count",
                 "requested_cpu", "requested_memory", "trainjob_image", "node_selector",
                 "config_map", "s3_secret"},
