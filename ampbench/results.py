@@ -94,6 +94,9 @@ class Memory:
     resident_mb: float  # before the first step, above the process before the data upload
     train_peak_reserved_mb: float | None  # CUDA: the caching allocator's reserved memory
     total_peak_reserved_mb: float | None
+    # CUDA: what NVML (nvidia-smi) counts as the process's at the end of the training steps,
+    # CUDA context and the allocator's whole pool included; None: NVML could not say.
+    nvml_used_mb: float | None = None
 
 
 @dataclass(frozen=True)

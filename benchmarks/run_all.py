@@ -18,6 +18,7 @@ BENCHMARKS = [
     "protocol_agreement",
     "matrix_overhead",
     "compile_cache",
+    "profile_overhead",
 ]
 
 

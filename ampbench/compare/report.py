@@ -118,6 +118,7 @@ def _optional_lines(comparison: Comparison) -> list[str]:
             + _figure(this.time_to_target_ratio, ".2f", "x")
             + ("" if this.time_to_target_ratio else " (not both reached the target)")
         )
+    lines += nvidia_smi_lines(comparison)
     lines.append(energy_line(comparison))
     lines += cost_lines(comparison)
     lines += numerics_lines(comparison)
@@ -194,6 +195,27 @@ def why_lines(comparison: Comparison) -> list[str]:
         else:
             text = "no rule of the table finds a limit in its figures"
         lines.append(f"Why, {name}: {text[0].upper()}{text[1:]}.")
+    return lines
+
+
+def nvidia_smi_lines(comparison: Comparison) -> list[str]:
+    """On CUDA, memory as nvidia-smi shows it beside the allocator's figures, and why the
+    two differ (each arm's first seed)."""
+    lines = []
+    for name, arm in comparison.arms.items():
+        memory = arm.per_seed[0].memory
+        if memory.nvml_used_mb is None:
+            continue
+        lines.append(
+            f"Memory as nvidia-smi shows it, {name}: {memory.nvml_used_mb:,.0f} MB (NVML) against "
+            f"{memory.train_peak_mb:,.0f} MB allocated above resident and "
+            f"{memory.train_peak_reserved_mb or 0:,.0f} MB reserved at the training peak"
+        )
+    if lines:
+        lines.append(
+            "  (nvidia-smi counts the CUDA context and everything the caching allocator "
+            "reserved, which it keeps once grown; what AMP saves is allocated memory)"
+        )
     return lines
 
 

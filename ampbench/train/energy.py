@@ -22,6 +22,7 @@ import torch
 from ampbench.errors import one_line
 from ampbench.results import Energy
 from ampbench.train import distributed
+from ampbench.train.nvml import device_handle
 from ampbench.world import World
 
 # The powercap tree RAPL is read from; a test points this at a fake tree of its own.
@@ -49,14 +50,7 @@ class NvmlCounter:
     update_s = 0.1
 
     def __init__(self, device: torch.device) -> None:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByUUID(
-            uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-        )
+        self._nvml, self._handle = device_handle(device)
         self.joules()  # a GPU without the counter (before Volta) fails here, not mid-run
 
     def joules(self) -> float:

@@ -126,6 +126,7 @@ class Trainer(ArmSetup):
         # Rank 0's clock for all: each rank's differs by the barrier's return alone.
         epoch_time = distributed.broadcast_float(epoch_time, self.device)
         (train_peak_mb,) = distributed.max_over_ranks([self.memory.window_peak_mb()], self.device)
+        self.memory.read_nvml()
         self.check_health()
         record = self.finish_epoch(epoch, epoch_time, train_peak_mb)
         state.close_epoch(asdict(record), epoch_time, self.config.target_accuracy)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -14,6 +15,7 @@ from ampbench.logs import log
 from ampbench.process import proc_bytes
 from ampbench.results import Memory
 from ampbench.train import distributed
+from ampbench.train.nvml import device_handle, process_used_bytes
 from ampbench.world import World
 
 MB = 2**20
@@ -36,6 +38,13 @@ class MemoryMeter:
         self.total_peak = (0.0, 0.0)
         self.train_peak = (0.0, 0.0)
         self.step_peak = (0.0, 0.0)  # a captured step's peak: replays allocate nothing
+        self.nvml_used: float | None = None  # the largest NVML reading, bytes
+        self._nvml: tuple[Any, Any] | None = None
+        if self.cuda:
+            try:
+                self._nvml = device_handle(device)
+            except Exception:  # no nvidia-ml-py or no driver: no nvidia-smi figure
+                log.debug("memory: no NVML")
 
     @staticmethod
     def _status_bytes(field_name: str) -> float:
@@ -120,6 +129,15 @@ class MemoryMeter:
         self.train_peak = (max(self.train_peak[0], peak[0]), max(self.train_peak[1], peak[1]))
         return max(0.0, peak[0] - self.resident[0]) / MB
 
+    def read_nvml(self) -> None:
+        """What nvidia-smi shows for this process, read at the end of the training steps (off
+        the clock): the allocator keeps what it reserved, so this is the training peak's."""
+        if self._nvml is None:
+            return
+        used = process_used_bytes(*self._nvml)
+        if used is not None:
+            self.nvml_used = max(self.nvml_used or 0.0, float(used))
+
     def record(self) -> Memory:
         self._fold()
 
@@ -138,6 +156,7 @@ class MemoryMeter:
             resident_mb=above(self.resident, self.baseline)[0],
             train_peak_reserved_mb=train_reserved if self.cuda else None,
             total_peak_reserved_mb=total_reserved if self.cuda else None,
+            nvml_used_mb=None if self.nvml_used is None else self.nvml_used / MB,
         )
 
     def record_over_ranks(self, world: World) -> Memory:
