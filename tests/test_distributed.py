@@ -215,7 +215,7 @@ def train_task(dataset: Path, folder: Path, **settings: Any) -> dict[str, Output
     untracked, unless `settings` say otherwise); its outputs in `folder`."""
     outputs = {
         name: Output(path=str(folder / name), metadata={}, logged={})
-        for name in ("model", "metrics", "results")
+        for name in ("model", "metrics", "results", "trace")
     }
     train_component.python_func(
         dataset=SimpleNamespace(path=str(dataset)),
@@ -372,6 +372,7 @@ def test_the_hand_off_to_other_processes_says_what_the_config_says(tmp_path: Pat
         initial_loss_scale=2.0**10,
         warmup_steps=1,
         cuda_graphs=False,  # a default True is stated by its --no- form
+        profile_steps=5,
     )
     # Every field is stated, so every one must round-trip.
     defaults = TrainConfig(Path())

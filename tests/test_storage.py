@@ -379,6 +379,7 @@ def test_an_arm_reads_its_data_from_and_hands_its_outputs_back_to_s3(
     from ampbench.results import RESULTS_FILE, read_arm_results
     from ampbench.train.config import TrainConfig
     from ampbench.train.launch import MODEL_FILE, HandOff, train_hand_off
+    from ampbench.train.profile import TRACE_FILE
 
     storage.copy_tree(synthetic_dataset, f"s3://{bucket}/data")
     config = TrainConfig(
@@ -388,7 +389,8 @@ def test_an_arm_reads_its_data_from_and_hands_its_outputs_back_to_s3(
     results = train_hand_off(HandOff(config, f"s3://{bucket}/data", f"s3://{bucket}/out", None))
     assert results is not None
     fetched = storage.fetch_tree(f"s3://{bucket}/out", tmp_path / "back")[0]
-    assert sorted(path.name for path in fetched.iterdir()) == sorted([RESULTS_FILE, MODEL_FILE])
+    handed_back = sorted([RESULTS_FILE, MODEL_FILE, TRACE_FILE])
+    assert sorted(path.name for path in fetched.iterdir()) == handed_back
     assert read_arm_results(fetched / RESULTS_FILE).accuracy == results.accuracy
 
 

@@ -301,6 +301,7 @@ def test_the_learning_rate_warms_up_then_decays_to_zero(synthetic_dataset: Path)
         TrainConfig(
             dataset_dir=synthetic_dataset, precision="fp32", model="small-cnn", epochs=2,
             batch_size=20, subset=100, lr=0.05, device="cpu", warmup_steps=0,
+            profile_steps=0,  # the profile's steps (undone) would be seen here too
         )
     )  # fmt: skip
     seen: list[float] = []
