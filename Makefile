@@ -40,7 +40,7 @@ $(TOOLS_STAMP): requirements-tools.txt
 run: $(STAMP) ## Run the experiment through the KFP local runner; options via ARGS="--data PATH --epochs 1"
 	$(BIN)/ampbench run $(ARGS)
 
-test: lint services ## Lint, install the services the tests start (Ceph RGW), run pytest
+test: lint services ## Lint, install what the tests start (Ceph RGW, Chromium), run pytest
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 fuzz: $(STAMP) ## Fuzz the prepare step far longer than `make test` does (new cases each run)
@@ -60,7 +60,7 @@ lint: ## ruff, the import layers (import-linter), and the offline Dockerfile and
 typecheck: $(STAMP) ## mypy over the library, the steps and the DAG (not in `make test`: ~20 s)
 	$(BIN)/mypy
 
-services: ## Install Ceph's RADOS Gateway for the S3 tests, if missing (needs root)
+services: ## Install Ceph's RADOS Gateway (S3 tests) and Chromium (browser test), if missing (root)
 	@scripts/install-test-services.sh
 
 format: $(STAMP) ## Apply ruff's fixes and formatting

@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from ampbench.comparison import ArmSummary, Comparison, Estimate
 
-PLOTS = ("curves.png", "throughput.png", "memory.png")
+PLOTS = ("curves.png", "throughput.png", "memory.png", "time_spent.png")
 # Only for a matrix with several batch sizes: throughput and memory against batch size.
 BATCH_PLOT = "batch_scaling.png"
 # Only where arms ran at several world sizes: images/s against processes, with ideal scaling.
@@ -199,6 +199,33 @@ def _loss_scales(comparison: Comparison, path: Path) -> bool:
     return True
 
 
+def _time_spent(comparison: Comparison, path: Path) -> None:
+    """Where each arm's wall time went, a stacked bar per arm (means over its seeds)."""
+    names = list(comparison.arms)
+    spent = [comparison.arms[name].time_spent for name in names]
+    phases = (
+        ("start-up", [s.startup_s or 0.0 for s in spent]),
+        ("warm-up", [s.warmup_s for s in spent]),
+        ("training", [s.train_s for s in spent]),
+        ("evaluation", [s.eval_s for s in spent]),
+        ("checkpoints", [s.checkpoint_s for s in spent]),
+    )
+    figure, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 3), 4))
+    bottom = [0.0] * len(names)
+    for index, (phase, seconds) in enumerate(phases):
+        if not any(seconds):
+            continue
+        ax.bar(names, seconds, bottom=bottom, color=_color(index), label=phase)
+        bottom = [b + s for b, s in zip(bottom, seconds, strict=True)]
+    ax.set(ylabel="seconds (mean over seeds)", title="Where each arm's wall time went")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if len(names) > 3:
+        ax.tick_params(axis="x", labelrotation=45)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     """Write the figures into `directory`; return their paths."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -222,6 +249,7 @@ def write_plots(comparison: Comparison, directory: Path) -> list[Path]:
     figure.tight_layout()
     figure.savefig(paths[2], dpi=100)
     plt.close(figure)
+    _time_spent(comparison, paths[3])
     if len({arm.batch_size for arm in arms.values()}) > 1:
         paths.append(directory / BATCH_PLOT)
         _batch_scaling(comparison, paths[-1])

@@ -521,46 +521,104 @@ def render_markdown(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
+def headline_figures(comparison: Comparison) -> list[tuple[str, str, str]]:
+    """The answer in a row: (key, label, figure with its interval) of the headline arm's
+    speedup, memory ratio, accuracy delta, energy ratio and cost saved."""
+    this = comparison.comparisons[comparison.headline_arm]
+    versus = f"{this.arm} / {this.baseline}"
+    saved = this.cost_saved
+    return [
+        ("speedup", f"Speedup ({versus}, images/s)", _figure(this.speedup, ".2f", "x")),
+        ("memory_ratio", f"Memory ratio ({versus})", _figure(this.memory_ratio, ".2f", "x")),
+        (
+            "accuracy_delta",
+            f"Accuracy delta ({this.arm} - {this.baseline})",
+            _figure(this.accuracy_delta_pp, "+.2f", " pp"),
+        ),
+        (
+            "energy_ratio",
+            f"Energy ratio ({versus}, J/image)",
+            _figure(this.energy_ratio, ".2f", "x"),
+        ),
+        (
+            "cost_saved",
+            "Cost saved per run (per 1,000 runs)",
+            f"{amount(saved.value)} ({amount(1000 * saved.value)})" + _interval(saved, ".3g")
+            if saved is not None
+            else "n/a (no price given)",
+        ),
+    ]
+
+
+STYLE = (
+    "body{font-family:sans-serif;margin:1.5em auto;max-width:75em;padding:0 1em}"
+    ".scroll{overflow-x:auto}table{border-collapse:collapse;margin:.5em 0}"
+    "td,th{border:1px solid #bbb;padding:.25em .6em;text-align:right}"
+    "td:first-child,th{text-align:left}"
+    "pre{background:#f4f4f4;padding:.8em;white-space:pre-wrap;overflow-wrap:anywhere}"
+    "img{max-width:100%}.warning{background:#fff3cd;border:1px solid #e0b000;padding:.6em}"
+    "#headline{display:flex;flex-wrap:wrap;gap:.8em;margin:1em 0}"
+    "#headline div{border:1px solid #bbb;border-radius:.4em;padding:.6em .9em;flex:1 1 12em}"
+    "#headline .label{font-size:.85em;color:#555}#headline .value{font-size:1.4em}"
+)
+# The plots the page shows first, in its order; any other follows the curves.
+LEAD_PLOTS = ("throughput", "time_spent")
+
+
+def _html_table(heading: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    cells = ["<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>"]
+    cells += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows]
+    return f'<h2>{escape(heading)}</h2><div class="scroll"><table>{"".join(cells)}</table></div>'
+
+
+def _image(plot: Path) -> str:
+    data = base64.b64encode(Path(plot).read_bytes()).decode("ascii")
+    name = escape(Path(plot).stem)
+    return f'<p><img id="plot-{name}" alt="{name}" src="data:image/png;base64,{data}"></p>'
+
+
 def render_html(comparison: Comparison, plots: Sequence[Path]) -> str:
     """One self-contained page (plots inlined as data: URIs, no external URL), as the KFP UI
-    shows it in an iframe."""
+    shows it in an iframe: the answer first (the headline row, the verdict), then images/s and
+    where the time went, why, the curves, the figures in full, and the settings folded last."""
+    by_name = {Path(plot).stem: plot for plot in plots}
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{escape(TITLE)}</title>",
-        "<style>body{font-family:sans-serif;margin:1.5em;max-width:75em}"
-        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;"
-        "padding:.25em .6em;text-align:right}td:first-child,th{text-align:left}"
-        "pre{background:#f4f4f4;padding:.8em;white-space:pre-wrap}img{max-width:100%}"
-        ".warning{background:#fff3cd;border:1px solid #e0b000;padding:.6em}</style>"
-        "</head><body>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(TITLE)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{escape(TITLE)}</h1>",
-        f"<p><strong>Verdict.</strong> {escape(comparison.verdict)}</p>",
+        '<section id="headline">',
     ]
+    parts += [
+        f'<div data-figure="{key}"><div class="label">{escape(label)}</div>'
+        f'<div class="value">{escape(value)}</div></div>'
+        for key, label, value in headline_figures(comparison)
+    ]
+    parts.append("</section>")
+    parts.append(f'<p id="verdict"><strong>Verdict.</strong> {escape(comparison.verdict)}</p>')
     parts += [
         f'<p class="warning"><strong>WARNING:</strong> {escape(w)}</p>' for w in comparison.warnings
     ]
-    parts += [
-        "<h2>Our run</h2>",
-        f"<pre>{escape(render_text(comparison))}</pre>",
-    ]
-    for heading, (header, rows) in tables(comparison).items():
-        parts.append(f"<h2>{escape(heading)}</h2><table>")
-        parts.append("<tr>" + "".join(f"<th>{escape(h)}</th>" for h in header) + "</tr>")
-        for row in rows:
-            parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
-        parts.append("</table>")
-    parts.append("<h2>Plots</h2>")
-    for plot in plots:
-        data = base64.b64encode(Path(plot).read_bytes()).decode("ascii")
-        parts.append(
-            f'<p><img alt="{escape(Path(plot).stem)}" src="data:image/png;base64,{data}"></p>'
-        )
+    parts += [_image(by_name[name]) for name in LEAD_PLOTS if name in by_name]
+    parts.append('<h2>Why</h2><ul id="why">')
+    parts += [f"<li>{escape(line.removeprefix('Why, '))}</li>" for line in why_lines(comparison)]
+    parts.append("</ul><h2>Curves and the rest</h2>")
+    parts += [_image(plot) for name, plot in by_name.items() if name not in LEAD_PLOTS]
+    parts += ["<h2>Our run</h2>", f"<pre>{escape(render_text(comparison))}</pre>"]
+    found = tables(comparison)
+    settings = found.pop("Settings")
+    parts += [_html_table(heading, *table) for heading, table in found.items()]
     parts += [
         f"<h2>{escape(published_heading(comparison))}</h2>",
         f"<pre>{escape(_published_block())}</pre>",
         "<h2>What the figures mean</h2><ul>",
     ]
     parts += [f"<li>{escape(note)}</li>" for note in _notes(comparison)]
-    parts.append("</ul></body></html>")
+    parts.append("</ul>")
+    parts.append(
+        f'<details id="settings"><summary>Settings ({len(settings[1])}, shared by every run '
+        f"compared)</summary>{_html_table('Settings', *settings)}</details>"
+    )
+    parts.append("</body></html>")
     return "\n".join(parts) + "\n"
