@@ -105,6 +105,10 @@ def one_run(
                 "end_to_end_s": arm.timing.end_to_end_s,
                 "train_time_s": arm.timing.train_time_s,
                 "overhead_s": seconds - arm.timing.end_to_end_s,
+                # After the epochs, off every figure: in the task's time, not the arm's.
+                "profile_s": arm.profile.steps * arm.profile.wall_ms_per_step / 1e3
+                if arm.profile
+                else 0.0,
                 "shared_per_arm_s": shared / len(trains),
             }
         )
@@ -129,6 +133,12 @@ def report(args: argparse.Namespace, rows: list[dict[str, object]], floor: float
         f"of which a bare Python process importing torch: {floor:.2f} s (median of 3); beyond "
         f"it: {overhead - floor:.2f} s = {(overhead - floor) / fp32_training:.1%}"
     )
+    profile = median([float(r["profile_s"]) for r in rows])
+    print(
+        f"of which the profile's own steps (--profile-steps {args.profile_steps}, after the "
+        f"epochs): {profile:.2f} s; beyond the bare process and those: "
+        f"{overhead - floor - profile:.2f} s"
+    )
     print(
         f"prepare + compare, shared by the {len(rows) // args.repeats} arms: {shared:.2f} s "
         f"per arm = {shared / fp32_training:.1%} of that training time"
@@ -149,6 +159,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, object]], floor: float
             "median_fp32_train_time_s": fp32_training,
             "overhead_fraction": overhead / fp32_training,
             "shared_per_arm_s": shared,
+            "profile_steps": args.profile_steps,
+            "median_profile_s": profile,
         },
     )
 
@@ -164,9 +176,13 @@ def main() -> None:
     parser.add_argument(
         "--lr", type=float, default=TrainConfig.lr, help="peak learning rate (vit-s: 0.02)"
     )
+    parser.add_argument(
+        "--profile-steps", type=int, default=TrainConfig.profile_steps, help="as ampbench run's"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     matrix = ["--models", args.models, "--batch-sizes", args.batch_sizes, *PRECISIONS]
+    matrix += ["--profile-steps", str(args.profile_steps)]
     matrix += ["--lr", str(args.lr)]
     require_archive(args.data)
     print(f"CPU: {cpu_name()} ({cpu_capability()})")
