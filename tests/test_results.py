@@ -75,6 +75,7 @@ def test_a_schema_1_cuda_result_is_upgraded_with_its_figures_kept(tmp_path: Path
     assert schema.dump(run.memory) == {
         "kind": "cuda_allocated", "train_peak_mb": 1900.5, "total_peak_mb": 1900.5,
         "resident_mb": 0.0, "train_peak_reserved_mb": 2100.0, "total_peak_reserved_mb": 2100.0,
+        "nvml_used_mb": None,  # not recorded then
     }  # fmt: skip
     # 100 images at batch 30: 3 full steps an epoch, 90 images, 2 epochs.
     timing = run.timing

@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from ampbench import tracking
+from ampbench.compare.plots import PLOTS
 from ampbench.compare.step import CompareOutputs, ParentRunOptions, run_comparison
 from ampbench.errors import AmpbenchError
 from ampbench.pipelines.local import LocalRun, summary_lines
@@ -124,7 +125,7 @@ def test_export_copies_report_plots_results_and_models(
     assert {"results.json", "report.md", "report.html"} <= keys
     models = {"models/small-cnn-b10-fp32-seed0.pt", "models/small-cnn-b10-amp-seed0.pt"}
     assert models <= keys
-    assert len([k for k in keys if k.startswith("plots/")]) == 3
+    assert len([k for k in keys if k.startswith("plots/")]) == len(PLOTS)
     local = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
     body = rgw.client().get_object(Bucket=bucket, Key=f"{prefix}/results.json")["Body"].read()
     assert json.loads(body) == local
