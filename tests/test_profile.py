@@ -156,13 +156,16 @@ def test_nothing_foreign_runs_between_timed_steps(
 
     monkeypatch.setattr(Trainer, "timed_steps", timed)
     monkeypatch.setattr(Trainer, "take_step", step)
-    run_training(
+    results = run_training(
         config(synthetic_dataset),
         tmp_path / "results.json",
         tmp_path / "model.pt",
         TrackingOptions(experiment="nothing-foreign"),
-        trace_path=tmp_path / "trace.json.gz",
+        trace_path=tmp_path / "trace",  # as KFP names the output
     )
+    assert results.mlflow is not None and results.mlflow.run_id is not None
+    logged = MlflowClient().list_artifacts(results.mlflow.run_id, "profile")
+    assert [artifact.path for artifact in logged] == ["profile/trace.json.gz"]
     assert {"energy", "profiler", "mlflow"} <= set(events)
     stretches = 0
     while "clock starts" in events:

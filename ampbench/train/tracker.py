@@ -24,6 +24,7 @@ from ampbench.tracking import (
     preload,
     safe_tracking_uri,
 )
+from ampbench.train.profile import TRACE_FILE
 
 if TYPE_CHECKING:
     from ampbench.train.loop import Trainer
@@ -198,7 +199,8 @@ class MlflowTracker:
         results_path, model_path, trace_path = outputs
         artifacts = {RESULTS_FILE: results_path, STATE_DICT_ARTIFACT: model_path}
         if trace_path is not None and results.profile is not None and results.profile.trace:
-            artifacts[f"profile/{results.profile.trace}"] = trace_path  # opens in Perfetto
+            # Named for what it is (a KFP output is named `trace`): Perfetto opens it.
+            artifacts[f"profile/{TRACE_FILE}"] = trace_path
         dataset = results.dataset
         splits = {"train": dataset.train_images, "test": dataset.test_images}
         model = LoggedModelSpec(
