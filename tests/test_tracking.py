@@ -129,7 +129,8 @@ def test_export_copies_report_plots_results_and_models(
     local = json.loads((proxied_run["work"] / "out" / "results.json").read_text())
     body = rgw.client().get_object(Bucket=bucket, Key=f"{prefix}/results.json")["Body"].read()
     assert json.loads(body) == local
-    assert f"exported 8 files to {proxied_run['export']}" in proxied_run["stdout"]
+    # results, the two reports, the plots and the two models
+    assert f"exported {5 + len(PLOTS)} files to {proxied_run['export']}" in proxied_run["stdout"]
 
 
 def test_report_is_rebuilt_from_mlflow_alone(
