@@ -39,6 +39,7 @@ $(TOOLS_STAMP): requirements-tools.txt
 
 run: $(STAMP) ## Run the experiment through the KFP local runner; options via ARGS="--data PATH --epochs 1"
 	$(BIN)/ampbench run $(ARGS)
+	@echo "ampbench is $(BIN)/ampbench: run it so, or put it on your PATH with 'source $(BIN)/activate'"
 
 test: lint services ## Lint, install what the tests start (Ceph RGW, Chromium), run pytest
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

@@ -130,9 +130,7 @@ def precision_list(text: str) -> list[str]:
     names = name_list(text)
     for name in names:
         if name not in PRECISIONS:
-            raise argparse.ArgumentTypeError(
-                f"invalid choice: '{name}' (choose from {', '.join(PRECISIONS)})"
-            )
+            raise argparse.ArgumentTypeError(f"'{name}' is not one of {', '.join(PRECISIONS)}")
     return names
 
 
@@ -143,7 +141,7 @@ def model_name(text: str) -> str:
 
     problem = model_name_problem(text)
     if problem is not None:
-        raise argparse.ArgumentTypeError(f"invalid choice: '{text}': {problem}")
+        raise argparse.ArgumentTypeError(f"'{text}' is {problem}")
     return text
 
 

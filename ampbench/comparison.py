@@ -266,12 +266,15 @@ class Comparison:
     end_to_end_ratio: float
     memory_ratio: float | None
     accuracy_delta_pp: float
-    mlflow: dict[str, str] | None = None  # experiment, experiment_id, parent_run_id
+    # experiment, experiment_id, parent_run_id, arm_run_ids (comma-separated)
+    mlflow: dict[str, str] | None = None
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     # Where arms ran at several world sizes (torchrun processes: GPUs); empty otherwise.
     scaling: list[ScalingRow] = field(default_factory=list)
     prices: Prices | None = None  # None: no price given, no cost figures
     why: dict[str, list[Finding]] = field(default_factory=dict)  # per compared arm
+    # Why the published run is not set beside this one (None: it is; see compare/published.py).
+    unlike_published: str | None = None
 
 
 def read_comparison(path: Path) -> Comparison:

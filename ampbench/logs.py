@@ -57,7 +57,9 @@ def _format_seconds(seconds: float) -> str:
 
 
 class Progress:
-    """A tqdm bar on a terminal; elsewhere (KFP logs, CI) a plain line every `interval` s.
+    """A tqdm bar on a terminal; elsewhere (KFP logs, CI, the steps of `ampbench run`) a plain
+    line at the first update, so that the shortest epoch shows its rate, then one every
+    `interval` s.
 
     Both show the count, the rate and the ETA.
     """
@@ -70,7 +72,7 @@ class Progress:
         self.count = 0
         self._lock = threading.Lock()
         self._start = time.perf_counter()
-        self._last_line = self._start
+        self._last_line: float | None = None
         enabled = world_from_env().main
         self._bar = (
             tqdm(
@@ -89,7 +91,10 @@ class Progress:
                 self._bar.update(n)
                 return
             now = time.perf_counter()
-            if self._plain and now - self._last_line >= self.interval and self.count < self.total:
+            if not self._plain:
+                return
+            last = self._last_line
+            if last is None or (now - last >= self.interval and self.count < self.total):
                 self._last_line = now
                 log.info("%s", self._line(now))
 

@@ -31,12 +31,12 @@ class MatrixRun:
 
 def group_label(model: str, batch_size: int) -> str:
     """How reports and MLflow tags name a (model, batch size) group."""
-    return f"{model}, batch {batch_size}"
+    return f"{model}, batch {batch_size or 'automatic'}"
 
 
 def run_name(model: str, batch_size: int, precision: str, seed: int) -> str:
     """How MLflow runs, checkpoint folders and saved models name one run of the matrix."""
-    return f"{model}-b{batch_size}-{precision}-seed{seed}"
+    return f"{model}-b{batch_size or 'auto'}-{precision}-seed{seed}"
 
 
 def matrix_runs(
@@ -104,8 +104,10 @@ def parse_runs(runs: object) -> list[MatrixRun]:
             whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
             if isinstance(value, bool) or not whole:
                 raise AmpbenchError(f"{where}: {name} must be an integer, not {value!r}")
-        if int(batch_size) < 1:
-            raise AmpbenchError(f"{where}: batch_size must be at least 1, not {batch_size}")
+        if int(batch_size) < 0:
+            raise AmpbenchError(
+                f"{where}: batch_size must be at least 1 (or 0: automatic), not {batch_size}"
+            )
         if precision not in PRECISIONS:
             raise AmpbenchError(
                 f"{where}: precision '{precision}' is not one of {', '.join(PRECISIONS)}"

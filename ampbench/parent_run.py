@@ -62,6 +62,38 @@ def finish_parent_run(
         client.set_terminated(run_id, "FINISHED")
 
 
+def pipeline_run_and_arms(
+    client: Any, experiment: str, parent_run_id: str | None = None
+) -> tuple[Any, list[Any]]:
+    """A pipeline run's parent run (without an id, the experiment's newest) and its arm runs,
+    oldest first."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise AmpbenchError(
+            f"--experiment {experiment}: no such experiment at {safe_tracking_uri()}"
+        )
+    if parent_run_id is None:
+        parents = client.search_runs(
+            [found.experiment_id],
+            filter_string=f"tags.`{BASELINE_TAG}` != ''",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if not parents:
+            raise AmpbenchError(f"--experiment {experiment}: holds no ampbench pipeline run")
+        parent = parents[0]
+    else:
+        parent = _get_run(client, parent_run_id)
+    if not parent.data.tags.get(BASELINE_TAG):
+        raise AmpbenchError(f"run {parent.info.run_id}: not the parent run of an ampbench pipeline")
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
+    return parent, children
+
+
 def download_arm_results(
     experiment: str, parent_run_id: str | None, directory: Path
 ) -> tuple[str, str, list[Path]]:
@@ -72,32 +104,7 @@ def download_arm_results(
     """
     with mlflow_errors("reading the runs"):
         client = mlflow_client()
-        found = client.get_experiment_by_name(experiment)
-        if found is None:
-            raise AmpbenchError(
-                f"--experiment {experiment}: no such experiment at {safe_tracking_uri()}"
-            )
-        if parent_run_id is None:
-            parents = client.search_runs(
-                [found.experiment_id],
-                filter_string=f"tags.`{BASELINE_TAG}` != ''",
-                order_by=["attributes.start_time DESC"],
-                max_results=1,
-            )
-            if not parents:
-                raise AmpbenchError(f"--experiment {experiment}: holds no ampbench pipeline run")
-            parent = parents[0]
-        else:
-            parent = _get_run(client, parent_run_id)
-        baseline = parent.data.tags.get(BASELINE_TAG)
-        if not baseline:
-            raise AmpbenchError(
-                f"run {parent.info.run_id}: not the parent run of an ampbench pipeline"
-            )
-        children = client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'",
-        )
+        parent, children = pipeline_run_and_arms(client, experiment, parent_run_id)
         arms: list[Path] = []
         for child in children:
             target = directory / child.info.run_id
@@ -112,7 +119,18 @@ def download_arm_results(
             arms.append(Path(local))
     if not arms:
         raise AmpbenchError(f"run {parent.info.run_id}: has no arm runs")
-    return parent.info.run_id, baseline, arms
+    return parent.info.run_id, parent.data.tags[BASELINE_TAG], arms
+
+
+def newest_arm_runs(experiment: str) -> tuple[str, list[str]] | None:
+    """The experiment's id and the arm runs of its newest pipeline run (None: it has none)."""
+    with mlflow_errors("reading the runs"):
+        client = mlflow_client()
+        try:
+            parent, children = pipeline_run_and_arms(client, experiment)
+        except AmpbenchError:
+            return None
+    return parent.info.experiment_id, [child.info.run_id for child in children]
 
 
 def find_experiment_id(name: str) -> str | None:

@@ -51,12 +51,14 @@ class DeviceRecord:
 @dataclass(frozen=True)
 class DatasetRecord:
     path: str
-    source: str
+    source: str  # as this run was given it
     sha256: str
     classes: int
     image_shape: list[int]  # height, width, channels
     train_images: int
     test_images: int
+    # A cache hit: the source the cached copy was prepared from (None: prepared from `source`).
+    cached_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,17 @@ def _option_metadata(each: Field[Any]) -> dict[str, Any]:
 
 
 def _as_setting(each: Field[Any]) -> Setting:
+    from ampbench.argtypes import number, whole_number
+
     default = _default(each)
+    # Numbers are read by parsers whose error says what is wrong in words ("'x' is not a
+    # number"), not argparse's "invalid float value".
+    read = {int: whole_number, float: number}.get(type(default), type(default))
     return Setting(
         each.name,
         type(default),
         default,
         each.metadata["doc"],
-        each.metadata["parse"] or type(default),
+        each.metadata["parse"] or read,
         each.metadata["flag"] or each.name.replace("_", "-"),
     )

@@ -10,18 +10,19 @@ overrides it (an http(s):// server, for example).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from ampbench.errors import AmpbenchError, one_line
 from ampbench.logs import log
@@ -89,6 +90,13 @@ def runs_table_url(base: str, experiment_id: str) -> str:
     """The experiment's runs table in MLflow's UI. MLflow 3's UI opens an experiment on its
     GenAI overview (traces), where nothing of a training run shows; this address does not."""
     return f"{base}/#/experiments/{experiment_id}/runs"
+
+
+def compare_runs_url(base: str, experiment_id: str, run_ids: Sequence[str]) -> str:
+    """MLflow's compare-runs page for `run_ids`: their params and metrics side by side."""
+    runs = quote(json.dumps(list(run_ids), separators=(",", ":")))
+    experiments = quote(json.dumps([experiment_id], separators=(",", ":")))
+    return f"{base}/#/compare-runs?runs={runs}&experiments={experiments}"
 
 
 def mlflow_client() -> Any:

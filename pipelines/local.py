@@ -28,6 +28,7 @@ from ampbench.logs import log
 from ampbench.pipelines.pipeline import build_pipeline
 from ampbench.tracking import (
     TRACKING_URI_ENV,
+    compare_runs_url,
     local_store,
     runs_table_url,
     safe_tracking_uri,
@@ -40,11 +41,13 @@ MODELS_DIR = "models"
 RUN_LOG = "run.log"
 PIPELINE_ROOT = "pipeline-root"  # under the output directory: the steps' outputs
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # the runner colours its lines on a terminal
-# On the terminal: the steps' own log lines and the runner's task starts and ends; the rest
-# (executor_input JSON, artifact reprs, the executor's chatter) goes to run.log only.
-_SHOWN = re.compile(
-    r"^\s*(\d\d:\d\d:\d\d (INFO|WARNING|ERROR) |ERROR: )"
-    r"|^\d\d:\d\d:\d\d\.\d+ - \w+ - (Executing task|Task .* finished with status|Pipeline )"
+# On the terminal: the steps' own log lines, and the runner's task starts and ends written as
+# ampbench writes its lines; the rest (executor_input JSON, artifact reprs, the executor's
+# chatter) goes to run.log only.
+_SHOWN = re.compile(r"^\s*(\d\d:\d\d:\d\d (INFO|WARNING|ERROR) |ERROR: )")
+_RUNNER_LINE = re.compile(
+    r"^(\d\d:\d\d:\d\d)\.\d+ - (\w+) - "
+    r"(Executing task .*|Task .* finished with status .*|Pipeline .*)$"
 )
 
 
@@ -65,9 +68,12 @@ class _RunnerOutput(io.TextIOBase):
         self.pending += text
         *lines, self.pending = self.pending.split("\n")
         for line in lines:
-            plain = ANSI_ESCAPE.sub("", line)
-            if _SHOWN.match(plain):
-                self.terminal.write(plain.strip() + "\n")
+            plain = ANSI_ESCAPE.sub("", line).strip()
+            runner = _RUNNER_LINE.match(plain)
+            if runner:
+                self.terminal.write(f"{runner[1]} {runner[2]} {runner[3]}\n")
+            elif _SHOWN.match(plain):
+                self.terminal.write(plain + "\n")
         self.terminal.flush()
         return len(text)
 
@@ -194,4 +200,7 @@ def summary_lines(run: LocalRun) -> list[str]:
             address = runs_table_url(base, mlflow_info["experiment_id"])
             served = " (served by `ampbench ui`)" if local_store() else ""
             lines.append(f"runs    : {address}{served}")
+            arms = mlflow_info.get("arm_run_ids", "").split(",")
+            compare = compare_runs_url(base, mlflow_info["experiment_id"], arms)
+            lines.append(f"compare : {compare} (the arm runs side by side)")
     return lines

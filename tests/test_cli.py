@@ -148,27 +148,53 @@ def test_train_refuses_emulated_amp_and_labels_it_when_allowed(
     assert results.precision.emulated and results.precision.resolved == "bf16"
 
 
-def test_bad_option_values_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, expected in (
-        (["run", "--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
-        (["run", "--subset", "many"], "argument --subset: 'many' is not a whole number"),
-        (["run", "--seeds", "1,1"], "distinct seeds"),
-        (["run", "--model", "vgg"], "argument --model: invalid choice: 'vgg'"),
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "--epochs", "0"], "--epochs: must be at least 1, not 0"),
+        (["run", "--batch-size", "0"], "--batch-size: must be at least 1, not 0"),
+        (["run", "--precision", "fp9"], "--precision: 'fp9' is not one of fp32, tf32, "),
+        (["run", "--subset", "many"], "--subset: 'many' is not a whole number"),
+        (["run", "--seeds", "1,1"], "--seeds: '1,1': give one or more distinct seeds"),
+        (["run", "--model", "vgg"], "--model: 'vgg' is not one of the built-in models"),
         (["run", "--max-accuracy-drop", "-2"], "must be 0 or more (or -1: off), not -2"),
-        (["run", "--models", "small-cnn,vgg"], "argument --models: invalid choice: 'vgg'"),
-        (["submit", "--models", "x:"], "argument --models: invalid choice: 'x:'"),
-        (["run", "--precisions", "fp16,int4"], "argument --precisions: invalid choice: 'int4'"),
-        (["submit", "--precisions", "fp9"], "argument --precisions: invalid choice: 'fp9'"),
+        (["run", "--models", "small-cnn,vgg"], "--models: 'vgg' is not one of the built-in"),
+        (["run", "--precisions", "fp16,int4"], "--precisions: 'int4' is not one of fp32, "),
+        (["run", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["train", "--lr", "fast"], "--lr: 'fast' is not a number"),
+        (["train", "--dataset"], "--dataset: expected one argument"),
+        (["train", "--dataset", "d", "--output-dir", "o", "--device"], "--device: expected one"),
+        (["prepare", "--data", "x"], "the following arguments are required: --output-dir"),
+        (["prepare", "--subset", "-3", "--output-dir", "o"], "--subset: must be 0 or more"),
+        (["compare", "r.json"], "the following arguments are required: --output-dir"),
+        (["compare", "r.json", "--output-dir", "o", "--baseline-precision", "int8"], "'int8' is"),
+        (["submit", "--models", "x:"], "--models: 'x:' is not of the form package.module:factory"),
+        (["submit", "--precisions", "fp9"], "--precisions: 'fp9' is not one of fp32, "),
         # submit reads each pipeline parameter with its leaf's own parser, as run does.
-        (["submit", "--grad-comm", "int8"], "argument --grad-comm: 'int8' is not one of fp32, "),
-        (["submit", "--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
-        (["submit", "--gpu-node-selector", "h100"], "argument --gpu-node-selector: 'h100' is not "),
-    ):
-        with pytest.raises(SystemExit) as exited:
-            main(argv)
-        assert exited.value.code == 2
-        err = capsys.readouterr().err
-        assert expected in err and "Traceback" not in err
+        (["submit", "--grad-comm", "int8"], "--grad-comm: 'int8' is not one of fp32, "),
+        (["submit", "--epochs", "0"], "--epochs: must be at least 1, not 0"),
+        (["submit", "--gpu-node-selector", "h100"], "--gpu-node-selector: 'h100' is not "),
+        (["submit", "--mlflow-experiment", "x"], "--mlflow-experiment is now --experiment"),
+        (["compile", "--schedule", "fast"], "--schedule: 'fast' is not one of parallel, "),
+        (["frobnicate"], "COMMAND: 'frobnicate' is not one of run, compile, submit"),
+    ],
+)
+def test_an_option_mistake_is_one_line_naming_the_option(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit status 2 and one line on stderr: the command, the option and what is wrong, and
+    where its help is; no usage dump, nothing on stdout."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    command = "ampbench" if argv[0] == "frobnicate" else f"ampbench {argv[0]}"
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"{command}: error: ") and expected in line, line
+    assert line.endswith(f"; see {command} --help") and captured.out == ""
+
+
+def test_the_accuracy_gates_off_is_an_option_value() -> None:
     # The pipeline's "off" for the accuracy gate is an option value too.
     compare = ["compare", "r.json", "--output-dir", "o", "--max-accuracy-drop"]
     assert build_parser().parse_args([*compare, "-1"]).max_accuracy_drop == -1.0
@@ -262,6 +288,7 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
     experiment_id = MlflowClient(store).create_experiment("mine")
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     started: list[subprocess.Popen[str]] = []  # every try's command, to clean up after
+    server_log = tmp_path / "mlflow-ui.log"
 
     def start() -> tuple[subprocess.Popen[str], int]:
         port = free_port()
@@ -273,7 +300,7 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
                 [sys.executable, "-m", "ampbench.cli", "ui", "--port", str(port),
                  "--experiment", "mine"],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                start_new_session=True,
+                start_new_session=True, cwd=tmp_path,
             )  # fmt: skip
         finally:
             signal.signal(signal.SIGINT, previous)
@@ -291,6 +318,7 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
             except OSError:
                 if ui.poll() is not None:
                     output = ui.stdout.read()  # type: ignore[union-attr]
+                    output += server_log.read_text() if server_log.exists() else ""
                     if port_taken(output):
                         raise PortTaken(output) from None
                     raise AssertionError(output) from None
@@ -320,7 +348,12 @@ def test_ui_serves_the_local_store_and_takes_its_server_with_it(
         assert not sockets & listening_sockets(port)
         # The runs table, not the experiment's GenAI overview that MLflow 3's UI opens on.
         table = f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs"
-        assert f"runs of experiment 'mine': {table}\n" in ui.stdout.read()  # type: ignore[union-attr]
+        terminal = ui.stdout.read()  # type: ignore[union-attr]
+        assert f"runs of experiment 'mine': {table}\n" in terminal
+        # The server's own lines (its start, each request) are in the file it names, not here.
+        assert f"its request log in {server_log};" in terminal
+        assert "/health" not in terminal and "Uvicorn" not in terminal
+        assert server_log.read_text().strip()
     finally:
         for group in (*(try_.pid for try_ in started), server_group):
             if group is not None:
@@ -414,7 +447,7 @@ def test_bad_image_references_are_usage_errors(
         main([command, "--image", image])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert re.search(f"argument --image: .*{pattern}", err), err
+    assert re.search(f"--image: .*{pattern}", err), err
     assert not list(tmp_path.iterdir())
 
 

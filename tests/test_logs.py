@@ -9,6 +9,28 @@ import pytest
 from ampbench.logs import Progress, log, setup_logging
 
 
+def test_plain_progress_speaks_at_once_then_every_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """However short the work (an epoch of one step), its first update is a line; the next
+    waits for the interval."""
+    setup_logging()
+    log.propagate = True
+    try:
+        with caplog.at_level(logging.INFO, logger="ampbench"):
+            with Progress(1, "short", "step", interval=3600) as bar:
+                bar.update()
+            with Progress(10, "long", "step", interval=3600) as bar:
+                for _ in range(10):
+                    bar.update()
+        lines = [r.getMessage() for r in caplog.records]
+        assert [line.split(":")[0] for line in lines] == ["short", "long"]
+        assert lines[0].startswith("short: 1/1 step (100%)")
+        assert lines[1].startswith("long: 1/10 step (10%)")
+    finally:
+        log.propagate = False
+
+
 def test_plain_progress_lines_carry_count_rate_and_eta(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

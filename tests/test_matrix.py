@@ -36,7 +36,7 @@ BAD_RUNS = [
     ([{**DEFAULT_RUNS[0], "batch_size": 12.5}], r"runs\[0\]: batch_size must be an integer"),
     ([{**DEFAULT_RUNS[0], "batch_size": True}], r"runs\[0\]: batch_size must be an integer"),
     ([{**DEFAULT_RUNS[0], "seed": "0"}], r"runs\[0\]: seed must be an integer"),
-    ([{**DEFAULT_RUNS[0], "batch_size": 0}], r"runs\[0\]: batch_size must be at least 1"),
+    ([{**DEFAULT_RUNS[0], "batch_size": -1}], r"runs\[0\]: batch_size must be at least 1"),
     ([{**DEFAULT_RUNS[0], "model": ""}], r"runs\[0\]: model must be a non-empty string"),
     ([DEFAULT_RUNS[0], {**DEFAULT_RUNS[1], "precision": "fp8x"}], r"runs\[1\]: precision 'fp8x'"),
     ([*DEFAULT_RUNS, DEFAULT_RUNS[1]], r"runs: MatrixRun\(.*'amp'.*\) is listed twice"),

@@ -354,10 +354,10 @@ def test_unknown_names_are_refused_in_one_line(capsys: pytest.CaptureFixture[str
     assert exited.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert errors == [
-        "ampbench train: error: argument --model: invalid choice: 'resnet-18': not one of the "
+        "ampbench train: error: --model: 'resnet-18' is not one of the "
         "built-in models (resnet18, resnet18-imagenet, small-cnn, vit-s), torchvision's "
         "classification models by name (e.g. mobilenet_v3_small, vit_b_16) or the form "
-        "package.module:factory; did you mean resnet18?"
+        "package.module:factory; did you mean resnet18?; see ampbench train --help"
     ]
     settings = {"epochs": 1, "batch_size": 8, "lr": 0.1}
     with pytest.raises(AmpbenchError, match=r"^--model: 'vgg' is not one of .*did you mean vgg"):

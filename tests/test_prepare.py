@@ -402,7 +402,8 @@ def test_same_source_and_options_again_is_a_cache_hit(
             str(tmp_path / "tree"), tmp_path / "two", options=options(tmp_path)
         )
         assert "cache hit" in caplog.text
-        assert second == first
+        tree = str(tmp_path / "tree")
+        assert second == {**first, "source": {**first["source"], "cached_from": tree}}
         caplog.clear()
         prepare_dataset(
             str(tmp_path / "tree"), tmp_path / "three", subset=2, options=options(tmp_path)
@@ -415,6 +416,24 @@ def test_same_source_and_options_again_is_a_cache_hit(
         assert "cache hit" not in caplog.text
     finally:
         logging.getLogger("ampbench").propagate = False
+
+
+def test_a_cache_hit_names_this_runs_source_and_where_the_copy_came_from(
+    tmp_path: Path,
+) -> None:
+    """The same content under another path: the prepared data (and so the report, results and
+    MLflow params) names the path given now; the first preparer's path is kept apart."""
+    make_image_folder(tmp_path / "first", ["a", "b"], {"train": 3, "test": 1})
+    shutil.copytree(tmp_path / "first", tmp_path / "mine")
+    prepare_dataset(str(tmp_path / "first"), tmp_path / "one", options=options(tmp_path))
+    hit = prepare_dataset(str(tmp_path / "mine"), tmp_path / "two", options=options(tmp_path))
+    assert hit["source"]["spec"] == str(tmp_path / "mine")
+    assert hit["source"]["cached_from"] == str(tmp_path / "first")
+    assert read_metadata(tmp_path / "two")["source"] == hit["source"]
+    # A third path still names the first preparer, not the second.
+    shutil.copytree(tmp_path / "first", tmp_path / "third")
+    again = prepare_dataset(str(tmp_path / "third"), tmp_path / "three", options=options(tmp_path))
+    assert again["source"]["cached_from"] == str(tmp_path / "first")
 
 
 def test_cifar10_download_offline_fails_with_a_suggestion(

@@ -92,10 +92,10 @@ def test_submit_sends_the_compiled_spec_typed_parameters_and_the_token(
     code, out, err = cli(
         capsys,
         *("submit", "--host", standin.url, "--token-file", str(token_file)),
-        *("--experiment", "amp-study", "--run-name", "first"),
+        *("--kfp-experiment", "amp-study", "--run-name", "first"),
         *("--image", "registry.example/ampbench:test", "--schedule", "sequential"),
         *("--epochs", "3", "--lr", "1", "--seeds", "0,1,2", "--no-tracking"),
-        *("--mlflow-experiment", "mlflow-exp", "--models", "small-cnn"),
+        *("--experiment", "mlflow-exp", "--models", "small-cnn"),
     )
     assert code == 0, err
     (create,) = standin.matching("POST", RUNS)
@@ -172,7 +172,7 @@ def test_submit_offers_every_pipeline_parameter(tmp_path: Path) -> None:
     dests = {a.dest for a in submit_parser._actions}
     assert {f"pipeline_param_{name}" for name in root} <= dests
     flags = {flag for a in submit_parser._actions for flag in a.option_strings}
-    assert {"--mlflow-experiment", "--experiment", "--seeds", "--no-tracking"} <= flags
+    assert {"--kfp-experiment", "--experiment", "--seeds", "--no-tracking"} <= flags
 
 
 def test_new_parameters_get_options_that_do_not_clash() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,14 @@ import pytest
 import torch
 from conftest import small_cnn_of_width
 
+from ampbench.dataset_format import read_metadata
 from ampbench.errors import AmpbenchError
 from ampbench.results import read_arm_results
 from ampbench.train.config import (
     MIN_STEPS_PER_EPOCH,
     TrainConfig,
-    short_run_batch_size,
+    automatic_batch_size,
+    with_batch_for_data,
 )
 from ampbench.train.data import (
     CROP_PADDING,
@@ -280,13 +283,30 @@ def test_settings_the_prepared_data_rules_out(settings: dict, pattern: str) -> N
 
 
 @pytest.mark.parametrize(
-    ("subset", "batch"), [(0, 128), (50_000, 128), (2048, 128), (1000, 32), (512, 32), (100, 8)]
+    ("images", "batch"), [(50_000, 128), (2048, 128), (1000, 32), (512, 32), (90, 8)]
 )
-def test_a_short_run_takes_a_batch_that_gives_it_steps(subset: int, batch: int) -> None:
+def test_an_automatic_batch_gives_the_data_its_steps(images: int, batch: int) -> None:
     """`ampbench run --subset 512` without --batch-size: 16 steps of 32, not 4 of 128 (a first
     try that learned nothing); the full experiment keeps 128."""
-    assert short_run_batch_size(subset) == batch
-    assert batch == 8 or subset == 0 or subset // batch >= MIN_STEPS_PER_EPOCH
+    assert automatic_batch_size(images) == batch
+    assert batch == 8 or images // batch >= MIN_STEPS_PER_EPOCH
+
+
+def test_a_batch_is_fitted_to_the_data_only_where_none_was_given(
+    synthetic_dataset: Path,
+) -> None:
+    """The training split decides an automatic batch (whatever --subset or the processes leave
+    of it); a batch that was given stays, even one too large (preflight names it)."""
+    counts = read_metadata(synthetic_dataset)["counts"]
+    automatic = TrainConfig(synthetic_dataset, batch_size=0)
+    assert with_batch_for_data(automatic, 1).batch_size == automatic_batch_size(counts["train"])
+    subset = dataclasses.replace(automatic, subset=100)
+    assert with_batch_for_data(subset, 1).batch_size == automatic_batch_size(100)
+    assert with_batch_for_data(automatic, 4).batch_size == automatic_batch_size(
+        counts["train"] // 4
+    )
+    given = TrainConfig(synthetic_dataset, batch_size=4096)
+    assert with_batch_for_data(given, 1) is given
 
 
 def test_the_learning_rate_warms_up_then_decays_to_zero(synthetic_dataset: Path) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Callable, Collection, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from ampbench import __version__
 from ampbench.argtypes import DefaultsHelpFormatter
@@ -19,6 +20,21 @@ from ampbench.logs import setup_logging
 from ampbench.process import skip_final_collection
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: (.*) \(choose from (.*)\)$")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose every mistake is one line on stderr, exit status 2: the option, what is
+    wrong, and where the help is. argparse's own prints the whole usage first."""
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ")
+        message = _INVALID_CHOICE.sub(
+            lambda match: f"{match[1]} is not one of {match[2].replace(chr(39), '')}", message
+        )
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
 class Command(NamedTuple):
@@ -64,7 +80,7 @@ def command_in(argv: Sequence[str]) -> str | None:
 def build_parser(with_options: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
     """The command line. Every command is listed; those named in `with_options` get their
     options (the list of commands, or argparse's error naming them, needs none)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="ampbench",
         description="What does mixed precision buy us? AMP against FP32 training: speed, "
         "memory, accuracy, as a Kubeflow pipeline tracked in MLflow.",
@@ -78,6 +94,7 @@ def build_parser(with_options: Collection[str] = tuple(COMMANDS)) -> argparse.Ar
         )
         if name in with_options:
             command.add_options(command_parser)
+            command_parser.set_defaults(command_parser=command_parser)
     return parser
 
 
@@ -85,7 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     skip_final_collection()
     named = command_in(sys.argv[1:] if argv is None else argv)
     parser = build_parser(with_options=[named] if named else [])
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the command's parser, whose help lists the options it has
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Handler = args.handler
     try:
         setup_logging(args.verbose)  # a malformed $RANK is one line too

@@ -50,6 +50,17 @@ def _add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class RenamedOption(argparse.Action):
+    """An option's old spelling: refused in one line naming the new one."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        parser.error(f"{self.option_strings[0]} is now {self.new}")
+
+
 def add_submit(submit: argparse.ArgumentParser) -> None:
     from ampbench.experiment import parameters
 
@@ -60,9 +71,18 @@ def add_submit(submit: argparse.ArgumentParser) -> None:
     _add_connection_options(submit)
     run = submit.add_argument_group("the run")
     run.add_argument(
-        "--experiment",
-        help=f"KFP experiment, created if missing (default: ${KF_PIPELINES_DEFAULT_EXPERIMENT_NAME}"
-        f" or {DEFAULT_KFP_EXPERIMENT}); the MLflow experiment is --mlflow-experiment",
+        "--kfp-experiment",
+        metavar="NAME",
+        help="Kubeflow Pipelines experiment, created if missing (default: "
+        f"${KF_PIPELINES_DEFAULT_EXPERIMENT_NAME} or {DEFAULT_KFP_EXPERIMENT}); --experiment is "
+        "MLflow's, as in every command",
+    )
+    run.add_argument(
+        "--mlflow-experiment",
+        action=RenamedOption,
+        help=argparse.SUPPRESS,
+        new="--experiment (the MLflow experiment, as in every command; Kubeflow's is "
+        "--kfp-experiment)",
     )
     run.add_argument("--run-name", help="default: ampbench and the date and time")
     run.add_argument(
@@ -154,7 +174,7 @@ def _submit(args: argparse.Namespace) -> int:
         run = submit_run(
             client,
             pipeline_file=package,
-            experiment=args.experiment,
+            experiment=args.kfp_experiment,
             run_name=run_name,
             arguments=arguments,
             namespace=args.namespace,

@@ -17,6 +17,8 @@ from ampbench.cli.options import add_experiment_options
 from ampbench.errors import AmpbenchError
 from ampbench.tracking import TRACKING_URI_ENV, UI_HOST, UI_PORT
 
+UI_LOG = "mlflow-ui.log"  # in the current directory, beside the default store: the server's lines
+
 
 # -- report -------------------------------------------------------------------------------------
 def add_report(parser: argparse.ArgumentParser) -> None:
@@ -60,8 +62,9 @@ def add_ui(parser: argparse.ArgumentParser) -> None:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from ampbench.parent_run import find_experiment_id
+    from ampbench.parent_run import find_experiment_id, newest_arm_runs
     from ampbench.tracking import (
+        compare_runs_url,
         local_store,
         local_ui_base,
         runs_table_url,
@@ -78,17 +81,24 @@ def _ui(args: argparse.Namespace) -> int:
     _check_port_free(args.port)
     # Read before the server starts: two processes creating a fresh store's tables would race.
     experiment_id = find_experiment_id(args.experiment)
-    print(f"MLflow UI on {base} ({uri}); Ctrl-C stops it")
+    newest = newest_arm_runs(args.experiment) if experiment_id is not None else None
+    server_log = Path(UI_LOG).absolute()
+    print(f"MLflow UI on {base} ({uri}); its request log in {server_log}; Ctrl-C stops it")
     if experiment_id is None:
         print(f"experiment '{args.experiment}' has no runs in this store yet")
     else:
         print(f"runs of experiment '{args.experiment}': {runs_table_url(base, experiment_id)}")
+    if newest is not None:
+        print(f"its newest pipeline run's arms side by side: {compare_runs_url(base, *newest)}")
     # One worker: one person browsing. The server and its worker get a process group of their
     # own, so that stopping this command (Ctrl-C, SIGTERM, SIGHUP) stops all of them.
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     command += ["--host", UI_HOST, "--port", str(args.port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    server = subprocess.Popen(command, env=env, start_new_session=True)
+    with server_log.open("ab") as log_file:
+        server = subprocess.Popen(
+            command, env=env, start_new_session=True, stdout=log_file, stderr=log_file
+        )
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

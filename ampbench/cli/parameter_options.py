@@ -11,9 +11,6 @@ from typing import Any
 
 from ampbench.experiment import Parameter
 
-# Flags named otherwise than the parameter: `experiment` is MLflow's, not KFP's.
-RENAMED_FLAGS = {"experiment": "mlflow-experiment"}
-
 KINDS = {
     str: "text",
     int: "integer",
@@ -36,7 +33,7 @@ def add_pipeline_options(parser: argparse.ArgumentParser, parameters: Sequence[P
     )
     taken = {option for action in parser._actions for option in action.option_strings}
     for parameter in parameters:
-        flag = "--" + RENAMED_FLAGS.get(parameter.name, parameter.flag)
+        flag = "--" + parameter.flag
         if flag in taken:
             flag = "--param-" + parameter.name.replace("_", "-")
         # `run`'s flag first; the parameter's own name stays an option where it differs.

@@ -16,7 +16,6 @@ from ampbench.cli.options import (
     add_setting_options,
 )
 from ampbench.errors import AmpbenchError
-from ampbench.logs import log
 
 if TYPE_CHECKING:
     from ampbench.experiment import Experiment
@@ -37,7 +36,7 @@ def add_run(parser: argparse.ArgumentParser) -> None:
     add_setting_options(
         parser, [each for each in described(TrainConfig) if each.name in ("model", "batch_size")]
     )
-    # Unset: short_run_batch_size picks it from --subset.
+    # Unset: automatic (train.config.automatic_batch_size, from the training split).
     parser.set_defaults(batch_size=None)
     seeds = parser.add_mutually_exclusive_group()
     seed = next(each for each in described(TrainConfig) if each.name == "seed")
@@ -79,22 +78,11 @@ def _matrix_runs(args: argparse.Namespace) -> list[dict[str, str | int]]:
     """The training tasks the options state: each single-value option or its list."""
     from ampbench.matrix import runs_of_lists
     from ampbench.train import AMP_PRECISION
-    from ampbench.train.config import (
-        MIN_STEPS_PER_EPOCH,
-        TrainConfig,
-        short_run_batch_size,
-    )
+    from ampbench.train.config import AUTOMATIC_BATCH, TrainConfig
 
     models = _one_or_list(args, "model", "models", TrainConfig.model)
     if args.batch_size is None and args.batch_sizes is None:
-        batch_sizes = [short_run_batch_size(args.subset)]
-        if batch_sizes != [TrainConfig.batch_size]:
-            log.info(
-                "--subset %d: batch %d, for at least %d steps an epoch (--batch-size sets it)",
-                args.subset,
-                batch_sizes[0],
-                MIN_STEPS_PER_EPOCH,
-            )
+        batch_sizes = [AUTOMATIC_BATCH]  # each train task fits it to the data it reads
     else:
         batch_sizes = _one_or_list(args, "batch_size", "batch_sizes", None)
     precisions = _one_or_list(args, "precision", "precisions", AMP_PRECISION)

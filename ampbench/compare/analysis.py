@@ -13,9 +13,10 @@ stats.py says; the verdict sentence says what they show and whether it is signif
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 
-from ampbench.compare.published import published_differences
+from ampbench.compare.published import published_differences, unlike_published
 from ampbench.compare.stats import mean_estimate, ratio_estimate
 from ampbench.compare.summary import (
     batch_size_of,
@@ -37,6 +38,8 @@ from ampbench.comparison import (
 from ampbench.errors import AmpbenchError
 from ampbench.matrix import group_label
 from ampbench.results import ArmResults
+from ampbench.settings import described
+from ampbench.train.config import TrainConfig
 from ampbench.train.precisions import BASELINE_PRECISION
 
 # What every compared run must share, beside the hyperparameters.
@@ -62,11 +65,26 @@ CHANCE_P_VALUE = 0.01  # accuracy above chance only if a binomial test says so a
 MATRIX_SETTINGS = ("model", "batch size", "world size")
 
 
+def _zero_means() -> dict[str, str]:
+    """What 0 means for each training setting whose description says ("(0: off; ...)"), so
+    that a setting that is off reads "off", not 0."""
+    found = {}
+    for each in described(TrainConfig):
+        meaning = re.search(r"\(0: ([^;,)]+)", each.description)
+        if meaning and not each.default:
+            found[each.name] = meaning[1]
+    return found
+
+
+ZERO_MEANS = _zero_means()
+
+
 def shared_settings(run: ArmResults) -> dict[str, str]:
     settings = {name: str(value_of(run)) for name, value_of in SHARED.items()}
     for key, value in run.hyperparameters.items():
         if key not in FREE_HYPERPARAMETERS:
-            settings[key.replace("_", " ")] = str(value)
+            shown = ZERO_MEANS[key] if key in ZERO_MEANS and not value else str(value)
+            settings[key.replace("_", " ")] = shown
     return settings
 
 
@@ -332,6 +350,7 @@ def compare_arms(
         resumed=notes.resumed,
         emulated=notes.emulated,
         published_differences=published_differences(first, baseline, headline, len(arms)),
+        unlike_published=unlike_published(first),
         groups=groups,
         best_per_model=best,
         scaling=scaling_rows(summaries, comparisons),
@@ -411,6 +430,11 @@ def _settings(
     settings.update(
         {
             "dataset source": first.dataset.source,
+            **(
+                {"dataset cached from": first.dataset.cached_from}
+                if first.dataset.cached_from
+                else {}
+            ),
             "memory measured": first.memory.kind,
             "seeds": ", ".join(map(str, common)),
             "python": first.versions.python,

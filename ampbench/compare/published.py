@@ -48,3 +48,20 @@ def published_differences(
     elif (baseline, headline) != PUBLISHED_ARMS:
         found.append(f"arms {baseline} and {headline} (published: {published})")
     return found
+
+
+# Near enough to set beside the published run: CIFAR-10's shape of data (any image classifier).
+PUBLISHED_DATA = {"classes": 10, "image_shape": [32, 32, 3]}
+
+
+def unlike_published(run: ArmResults) -> str | None:
+    """Why the published run is not set beside this one (None: it is a reproduction or a near
+    one, on data shaped as CIFAR-10)."""
+    shape = run.dataset.image_shape
+    if run.dataset.classes == PUBLISHED_DATA["classes"] and shape == PUBLISHED_DATA["image_shape"]:
+        return None
+    images = "x".join(map(str, shape[:2])) if shape else "unrecorded"
+    return (
+        f"this run trained on {run.dataset.classes} classes of {images} images, the published "
+        "one on CIFAR-10 (10 classes of 32x32)"
+    )

@@ -483,6 +483,8 @@ def time_spent_table(comparison: Comparison) -> Table:
 
 
 def published_heading(comparison: Comparison) -> str:
+    if comparison.unlike_published:
+        return f"Not set beside the published run: {comparison.unlike_published}."
     if not comparison.published_differences:
         return "The published run this reproduces"
     return (
@@ -514,7 +516,10 @@ def render_markdown(comparison: Comparison) -> str:
         lines.append("|" + "---|" * len(header))
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         lines.append("")
-    lines += [f"## {published_heading(comparison)}", "", "```", _published_block(), "```", ""]
+    if comparison.unlike_published:
+        lines += ["## The published run", "", published_heading(comparison), ""]
+    else:
+        lines += [f"## {published_heading(comparison)}", "", "```", _published_block(), "```", ""]
     lines += ["## What the figures mean", ""]
     lines += [f"- {note}" for note in _notes(comparison)]
     lines.append("")
@@ -609,11 +614,12 @@ def render_html(comparison: Comparison, plots: Sequence[Path]) -> str:
     found = tables(comparison)
     settings = found.pop("Settings")
     parts += [_html_table(heading, *table) for heading, table in found.items()]
-    parts += [
-        f"<h2>{escape(published_heading(comparison))}</h2>",
-        f"<pre>{escape(_published_block())}</pre>",
-        "<h2>What the figures mean</h2><ul>",
-    ]
+    if comparison.unlike_published:
+        parts.append(f"<h2>The published run</h2><p>{escape(published_heading(comparison))}</p>")
+    else:
+        parts.append(f"<h2>{escape(published_heading(comparison))}</h2>")
+        parts.append(f"<pre>{escape(_published_block())}</pre>")
+    parts.append("<h2>What the figures mean</h2><ul>")
     parts += [f"<li>{escape(note)}</li>" for note in _notes(comparison)]
     parts.append("</ul>")
     parts.append(

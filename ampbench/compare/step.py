@@ -57,6 +57,11 @@ class CompareOutputs:
         )
 
 
+def carried(value: float) -> float:
+    """A figure to the 4 significant digits it carries (1.787, not 1.7873534340429158)."""
+    return float(f"{value:.4g}")
+
+
 def headline_metrics(comparison: Comparison) -> dict[str, float]:
     """The headline arm's figures and interval bounds, as MLflow and KFP metrics; in a matrix
     also every other arm's, prefixed with its name (`vit-s_b512_bf16.speedup`)."""
@@ -76,10 +81,10 @@ def headline_metrics(comparison: Comparison) -> dict[str, float]:
             estimate = getattr(this, key)
             if estimate is None:
                 continue
-            metrics[prefix + key] = estimate.value
-            if estimate.low is not None:
-                metrics[f"{prefix}{key}_ci95_low"] = estimate.low
-                metrics[f"{prefix}{key}_ci95_high"] = estimate.high
+            metrics[prefix + key] = carried(estimate.value)
+            if estimate.low is not None and estimate.high is not None:
+                metrics[f"{prefix}{key}_ci95_low"] = carried(estimate.low)
+                metrics[f"{prefix}{key}_ci95_high"] = carried(estimate.high)
     return metrics
 
 
@@ -152,6 +157,7 @@ def _track(
             "experiment": parent_run.experiment,
             "experiment_id": experiment_id,
             "parent_run_id": run_id,
+            "arm_run_ids": ",".join(children),
         },
     )
     write_json(outputs.comparison, comparison)

@@ -138,8 +138,18 @@ def prepare_dataset(
             # Copies, not links: a user who edits the output must not edit the cache.
             shutil.rmtree(staging)
             shutil.copytree(cached, staging)
-            metadata = hit
-            log.info("prepare: cache hit for %s (key %s), nothing decoded", source, key)
+            # The source is this run's; where the cached copy was prepared from is kept apart.
+            metadata = {**hit, "source": {**hit["source"], "spec": source}}
+            metadata["source"]["cached_from"] = (
+                hit["source"].get("cached_from") or hit["source"]["spec"]
+            )
+            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+            log.info(
+                "prepare: cache hit for %s (key %s, prepared from %s), nothing decoded",
+                source,
+                key,
+                metadata["source"]["cached_from"],
+            )
         else:
             with _one_line_errors(source, output_dir):
                 metadata = _build(source, staging, sha256, local, subset, val_fraction, options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from ampbench.argtypes import (
     positive_int,
 )
 from ampbench.errors import AmpbenchError
+from ampbench.logs import log
 from ampbench.settings import setting
 from ampbench.train import AMP_PRECISION, GRAD_COMM, MODELS
 from ampbench.train.compile_cache import location_of
@@ -202,14 +203,40 @@ class TrainConfig:
 MIN_STEPS_PER_EPOCH = 16
 
 
-def short_run_batch_size(subset: int) -> int:
-    """The batch `ampbench run` trains with when none is given: TrainConfig's, or where
-    --subset keeps too few images for MIN_STEPS_PER_EPOCH steps of it, the largest power of
-    two that gives them (at least 8). The full experiment's batch is unchanged."""
+# A run's batch_size of 0 (what `ampbench run` sends where --batch-size is not given): chosen by
+# the train task from the training split it reads, automatic_batch_size's.
+AUTOMATIC_BATCH = 0
+
+
+def automatic_batch_size(train_images: int) -> int:
+    """The batch an arm of AUTOMATIC_BATCH trains with: TrainConfig's, or where the training
+    split holds too few images for MIN_STEPS_PER_EPOCH steps of it (a small data set, a
+    --subset), the largest power of two that gives them (at least 8). The full experiment's
+    batch is unchanged."""
     batch = TrainConfig.batch_size
-    while subset and batch > 8 and subset // batch < MIN_STEPS_PER_EPOCH:
+    while batch > 8 and train_images // batch < MIN_STEPS_PER_EPOCH:
         batch //= 2
     return batch
+
+
+def with_batch_for_data(config: TrainConfig, processes: int) -> TrainConfig:
+    """`config` with an AUTOMATIC_BATCH made each process's automatic_batch_size of the
+    training images it will see (its prepared data's, less --subset's); a batch that was
+    given is kept, whatever the data."""
+    if config.batch_size != AUTOMATIC_BATCH:
+        return config
+    from ampbench.dataset_format import read_metadata
+
+    counts = read_metadata(Path(config.dataset_dir))["counts"]
+    train_images = min(counts["train"], config.subset) if config.subset else counts["train"]
+    batch = automatic_batch_size(train_images // processes)
+    log.info(
+        "batch %d (automatic): %d steps an epoch of the %s training images; --batch-size sets it",
+        batch,
+        train_images // (batch * processes),
+        f"{train_images:,}",
+    )
+    return replace(config, batch_size=batch)
 
 
 def model_name_problem(name: str) -> str | None:
@@ -270,7 +297,8 @@ def check_pipeline_settings(
     training: TrainConfig's other fields (epochs, lr, ...). batch_size is each of the arm's
     `processes`' (processes_per_arm). Whether the model fits the data is for
     check_against_dataset, once the data is known."""
-    TrainConfig(Path(), batch_size=batch_size, model=model, subset=subset, **training).validate()
+    checked = batch_size or TrainConfig.batch_size  # an automatic one is chosen to fit
+    TrainConfig(Path(), batch_size=checked, model=model, subset=subset, **training).validate()
     check_model_name(model)
     if subset and batch_size * processes > subset:
         raise AmpbenchError(

@@ -100,8 +100,15 @@ class Recorder:
         self.startup = startup
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The config's, with whether this device replayed the steps as a CUDA graph."""
-        return {**self.config.hyperparameters(), "cuda_graphs": self.cuda_graphs}
+        """The config's, with whether this device replayed the steps as a CUDA graph, and the
+        subset in effect: a pipeline's is applied where the data is prepared, not here."""
+        prepared = self.metadata.get("settings", {}).get("subset", 0)
+        subset = min((n for n in (self.config.subset, prepared) if n), default=0)
+        return {
+            **self.config.hyperparameters(),
+            "subset": subset,
+            "cuda_graphs": self.cuda_graphs,
+        }
 
     def epoch(
         self,
@@ -212,6 +219,7 @@ class Recorder:
             image_shape=list(dataset["image_shape"]),
             train_images=len(self.train_data),
             test_images=len(self.eval_data["test"]),
+            cached_from=dataset["source"].get("cached_from"),
         )
 
     def timing(self, state: LoopState, warm_up: WarmUpRecord, trained_images: int) -> Timing:

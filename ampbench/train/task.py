@@ -21,7 +21,7 @@ from ampbench.errors import AmpbenchError
 from ampbench.logs import log, setup_logging
 from ampbench.matrix import run_name
 from ampbench.results import ArmResults
-from ampbench.train.config import TrainConfig
+from ampbench.train.config import TrainConfig, processes_per_arm, with_batch_for_data
 from ampbench.train.launch import train_in_processes, train_on_nodes, trainjob_name
 from ampbench.train.step import requested_resources_in_pod, run_training
 from ampbench.train.tracker import TrackingOptions
@@ -77,6 +77,9 @@ def run_train_task(
             "ConfigMap): if this task is retried, it trains again from scratch",
             CHECKPOINT_URI_ENV,
         )
+    config = with_batch_for_data(
+        config, processes_per_arm(placement.gpu_count, placement.num_nodes)
+    )
     name = run_name(config.model, config.batch_size, config.precision, config.seed)
     run_dir = storage.join(checkpoint_dir, pipeline_run_id, name) if checkpoint_dir else ""
     # Beside the checkpoints, a compiled step is shared across seeds and pipeline runs.

@@ -167,8 +167,12 @@ class MlflowTracker:
             **{f"precision.{k}": v for k, v in dataclasses.asdict(precision.record()).items()},
             "dataset_source": trainer.metadata["source"]["spec"],
             "dataset_sha256": trainer.metadata["source"]["sha256"],
-            # What was trained and tested on, whichever step took the subset (`subset` is 0
-            # when the prepare step did).
+            **(
+                {"dataset_cached_from": trainer.metadata["source"]["cached_from"]}
+                if "cached_from" in trainer.metadata["source"]
+                else {}
+            ),
+            # What was trained and tested on, whichever step took the subset.
             "train_images": len(trainer.train_data),
             **{f"{split}_images": len(data) for split, data in trainer.eval_data.items()},
             "device": trainer.device_record.type,
