@@ -41,13 +41,13 @@ MODELS_DIR = "models"
 RUN_LOG = "run.log"
 PIPELINE_ROOT = "pipeline-root"  # under the output directory: the steps' outputs
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # the runner colours its lines on a terminal
-# On the terminal: the steps' own log lines, and the runner's task starts and ends written as
-# ampbench writes its lines; the rest (executor_input JSON, artifact reprs, the executor's
-# chatter) goes to run.log only.
+# On the terminal: the steps' own log lines, and the runner's task starts and failures written
+# as ampbench writes its lines; the rest (executor_input JSON, artifact reprs, the executor's
+# chatter, each success) goes to run.log only.
 _SHOWN = re.compile(r"^\s*(\d\d:\d\d:\d\d (INFO|WARNING|ERROR) |ERROR: )")
 _RUNNER_LINE = re.compile(
     r"^(\d\d:\d\d:\d\d)\.\d+ - (\w+) - "
-    r"(Executing task .*|Task .* finished with status .*|Pipeline .*)$"
+    r"(Executing task .*|(Task|Pipeline) .* finished with status (?!SUCCESS).*)$"
 )
 
 
