@@ -61,6 +61,7 @@ CPU_SMOKE = {
     "batch_sizes": [16],
     "model": "small-cnn",
     "warmup_steps": 1,
+    "profile_steps": 2,  # the engine's profile after the epochs: its path, not its figures
 }
 # The full experiment (TrainConfig's) in every precision that has a CUDA arm, at two batches.
 FULL_RUN = {
@@ -70,6 +71,7 @@ FULL_RUN = {
     "batch_sizes": [TrainConfig.batch_size, 4 * TrainConfig.batch_size],
     "model": TrainConfig.model,
     "warmup_steps": TrainConfig.warmup_steps,
+    "profile_steps": TrainConfig.profile_steps,
 }
 
 
@@ -83,6 +85,7 @@ def run_child(args: argparse.Namespace, kind: str, out: Path, dataset: Path, pre
         "--precision", precision, "--batch-size", str(batch), "--seed", str(seed),
         "--epochs", str(args.epochs), "--model", args.model, "--device", args.device,
         "--lr", str(args.lr), "--warmup-steps", str(args.warmup_steps),
+        "--profile-steps", str(args.profile_steps),
     ]  # fmt: skip
     command += ["--compile"] if args.compile else []
     command += ["--allow-emulated"] if args.allow_emulated else []
@@ -185,6 +188,12 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true", help="torch.compile (in the warm-up)")
     parser.add_argument(
         "--warmup-steps", type=int, help="untimed steps before each engine arm's clock (cpu: 1)"
+    )
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        help="steps of each engine arm's own profile, off the clock after its epochs (device "
+        f"busy, tensor-core share); {default('profile_steps')}",
     )
     parser.add_argument(
         "--allow-emulated",

@@ -137,7 +137,7 @@ if [ "$smoke" = 1 ]; then
   stage vit 300 "$python" "${bench[@]}" --device cpu --model vit-s --lr 0.02 --no-bare \
     --precisions fp32,fp8 --subset 16 --batch-sizes 8 --arms "$out/vit-arms.jsonl" \
     --json "$out/vit.json"
-  pipeline=(--subset 64 --batch-size 16 --model small-cnn --allow-emulated)
+  pipeline=(--subset 64 --batch-size 16 --model small-cnn --allow-emulated --profile-steps 2)
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   timeout_option=()  # a stuck test must not eat the machine's time (pytest-timeout)

@@ -98,7 +98,7 @@ def train_one_arm(args: argparse.Namespace) -> int:
         dataset_dir=args.dataset, precision=args.precision, epochs=args.epochs,
         batch_size=args.batch_size, seed=args.seed, model=args.model, compile=args.compile,
         device=args.device, allow_emulated=args.allow_emulated, lr=args.lr,
-        warmup_steps=args.warmup_steps,
+        warmup_steps=args.warmup_steps, profile_steps=args.profile_steps,
     )  # fmt: skip
     try:  # an arm this device cannot run natively is skipped; any other error is a failure
         resolve(config.precision, pick_device(config.device), config.allow_emulated)

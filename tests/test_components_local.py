@@ -157,6 +157,7 @@ def test_compare_component_in_the_pipeline_over_two_seeds(local_runner: Path) ->
         runs=matrix_runs(["small-cnn"], [25], ["amp"], [0, 1]),
         allow_emulated=True,
         tracking=False,
+        profile_steps=2,
     )
     comparison = read_comparison(Path(task.outputs["comparison"].path))
     assert comparison.arms["fp32"].seeds == [0, 1]

@@ -61,7 +61,8 @@ def local_run(tmp_path_factory: pytest.TempPathFactory, cifar_archive: Path) -> 
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "user"), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "ampbench.cli", "run", "--data", str(cifar_archive)]
-    command += ["--subset", "128", "--epochs", "1", "--allow-emulated"]
+    # Two profile steps: the profile's path, at a tenth of its default's cost, in 8 tasks.
+    command += ["--subset", "128", "--epochs", "1", "--allow-emulated", "--profile-steps", "2"]
     command += ["--models", ",".join(MODELS), "--batch-sizes", "32,64", "--precisions", "amp"]
     command += ["--output-dir", str(work / "out")]
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)

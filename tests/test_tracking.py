@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 pytest_plugins = ["services"]
 
 SMALL_RUN = ["--data", "synthetic", "--subset", "50", "--epochs", "2", "--batch-size", "10"]
-SMALL_RUN += ["--model", "small-cnn", "--allow-emulated"]
+SMALL_RUN += ["--model", "small-cnn", "--allow-emulated", "--profile-steps", "2"]
 
 
 def ampbench(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
