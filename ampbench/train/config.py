@@ -211,12 +211,12 @@ AUTOMATIC_BATCH = 0
 def automatic_batch_size(train_images: int) -> int:
     """The batch an arm of AUTOMATIC_BATCH trains with: TrainConfig's, or where the training
     split holds too few images for MIN_STEPS_PER_EPOCH steps of it (a small data set, a
-    --subset), the largest power of two that gives them (at least 8). The full experiment's
-    batch is unchanged."""
+    --subset), the largest power of two that gives them (at least 8, or every image of a split
+    smaller than that). The full experiment's batch is unchanged."""
     batch = TrainConfig.batch_size
     while batch > 8 and train_images // batch < MIN_STEPS_PER_EPOCH:
         batch //= 2
-    return batch
+    return max(1, min(batch, train_images))
 
 
 def with_batch_for_data(config: TrainConfig, processes: int) -> TrainConfig:
