@@ -20,7 +20,7 @@ PY := 3.12
 OUT := dist/gpu-bundle
 
 .DEFAULT_GOAL := help
-.PHONY: help run test fuzz mutation lint typecheck format compile bench gpu-bundle gpu-check image image-check services clean
+.PHONY: help run test fuzz mutation lint docs typecheck format compile bench gpu-bundle gpu-check image image-check services clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,13 +50,18 @@ fuzz: $(STAMP) ## Fuzz the prepare step far longer than `make test` does (new ca
 mutation: $(STAMP) ## Mutation-test the modules that decide a user's answer (mutmut; ~30 min; not in `make test`)
 	scripts/mutation.sh
 
-lint: ## ruff, the import layers (import-linter), and the offline Dockerfile and manifest checks
+lint: ## ruff, the import layers (import-linter), the docs site (strict), the offline Dockerfile and manifest checks
 	@# The two venvs are independent: built side by side, a fresh checkout's setup is ~25 s shorter.
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	BIN=$(abspath $(BIN)) scripts/lint-imports.sh
+	@# Not --quiet: it silences the warnings that --strict fails on (a broken link, a page out of the nav).
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1 | grep -v '^INFO' || true; test "$${PIPESTATUS[0]}" = 0
 	TOOLS_VENV=$(TOOLS_VENV) scripts/validate-deploy.sh
+
+docs: $(STAMP) ## Build the documentation site (docs/, mkdocs-material) into build/site/
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 typecheck: $(STAMP) ## mypy over the library, the steps and the DAG (not in `make test`: ~20 s)
 	$(BIN)/mypy

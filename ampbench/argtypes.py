@@ -10,20 +10,7 @@ from typing import Any
 
 from ampbench.errors import AmpbenchError
 from ampbench.image_reference import check_image_reference
-
-
-def whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-
-
-def number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+from ampbench.settings import number, whole_number
 
 
 def positive_int(text: str) -> int:

@@ -3,6 +3,7 @@ it, so that options, pipeline parameters and their help come from one definition
 
 from __future__ import annotations
 
+import argparse
 import copy
 from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, field, fields
@@ -58,9 +59,21 @@ def _option_metadata(each: Field[Any]) -> dict[str, Any]:
     return {"parse": each.metadata["parse"], "flag": each.metadata["flag"]}
 
 
-def _as_setting(each: Field[Any]) -> Setting:
-    from ampbench.argtypes import number, whole_number
+def whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
 
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+
+
+def _as_setting(each: Field[Any]) -> Setting:
     default = _default(each)
     # Numbers are read by parsers whose error says what is wrong in words ("'x' is not a
     # number"), not argparse's "invalid float value".
