@@ -547,8 +547,9 @@ def test_run_passes_the_experiment_its_options_state() -> None:
         "image_size": 48, "allow_emulated": True, "baseline_precision": "bf16",
         "compile": True, "deterministic": True, "label_smoothing": 0.1,
     }  # fmt: skip
+    # No --batch-size: automatic (0), which each train task fits to the data it reads.
     runs = [
-        {"model": "resnet18", "batch_size": 8, "precision": p, "seed": 0} for p in ("bf16", "amp")
+        {"model": "resnet18", "batch_size": 0, "precision": p, "seed": 0} for p in ("bf16", "amp")
     ]
     assert experiment.parameters() == Experiment().parameters() | stated | {"runs": runs}
     default = _experiment(parser.parse_args(["run"]), [])
