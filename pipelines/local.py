@@ -200,7 +200,8 @@ def summary_lines(run: LocalRun) -> list[str]:
             address = runs_table_url(base, mlflow_info["experiment_id"])
             served = " (served by `ampbench ui`)" if local_store() else ""
             lines.append(f"runs    : {address}{served}")
-            arms = mlflow_info.get("arm_run_ids", "").split(",")
-            compare = compare_runs_url(base, mlflow_info["experiment_id"], arms)
-            lines.append(f"compare : {compare} (the arm runs side by side)")
+            arms = [run_id for run_id in mlflow_info.get("arm_run_ids", "").split(",") if run_id]
+            if arms:
+                compare = compare_runs_url(base, mlflow_info["experiment_id"], arms)
+                lines.append(f"compare : {compare} (the arm runs side by side)")
     return lines

@@ -304,7 +304,7 @@ def test_the_end_of_a_run_names_its_experiments_runs_table(
     assert comparison.mlflow["experiment_id"] == experiment.experiment_id != "0"
     run = LocalRun(tmp_path, comparison, outputs, tmp_path / "root", tmp_path / "run.log")
     table = f"/#/experiments/{experiment.experiment_id}/runs"
-    assert summary_lines(run)[-1] == (
+    assert [line for line in summary_lines(run) if line.startswith("runs    :")][-1] == (
         f"runs    : http://127.0.0.1:5000{table} (served by `ampbench ui`)"
     )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://user:hunter2@mlflow.example.com/team/")
