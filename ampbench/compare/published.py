@@ -51,17 +51,22 @@ def published_differences(
 
 
 # Near enough to set beside the published run: CIFAR-10's shape of data (any image classifier).
-PUBLISHED_DATA = {"classes": 10, "image_shape": [32, 32, 3]}
+PUBLISHED_CLASSES = 10
+PUBLISHED_IMAGE_SHAPE = [32, 32, 3]
 
 
 def unlike_published(run: ArmResults) -> str | None:
     """Why the published run is not set beside this one (None: it is a reproduction or a near
     one, on data shaped as CIFAR-10)."""
     shape = run.dataset.image_shape
-    if run.dataset.classes == PUBLISHED_DATA["classes"] and shape == PUBLISHED_DATA["image_shape"]:
+    if run.dataset.classes == PUBLISHED_CLASSES and shape == PUBLISHED_IMAGE_SHAPE:
         return None
-    images = "x".join(map(str, shape[:2])) if shape else "unrecorded"
+
+    def images(classes: int, shape: list[int]) -> str:
+        return f"{classes} classes of {'x'.join(map(str, shape[:2])) or 'unrecorded'} images"
+
+    published = images(PUBLISHED_CLASSES, PUBLISHED_IMAGE_SHAPE)
     return (
-        f"this run trained on {run.dataset.classes} classes of {images} images, the published "
-        "one on CIFAR-10 (10 classes of 32x32)"
+        f"this run trained on {images(run.dataset.classes, shape)}, the published one on "
+        f"CIFAR-10 ({published})"
     )

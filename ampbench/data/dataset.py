@@ -139,10 +139,11 @@ def prepare_dataset(
             shutil.rmtree(staging)
             shutil.copytree(cached, staging)
             # The source is this run's; where the cached copy was prepared from is kept apart.
-            metadata = {**hit, "source": {**hit["source"], "spec": source}}
-            metadata["source"]["cached_from"] = (
-                hit["source"].get("cached_from") or hit["source"]["spec"]
-            )
+            # (The cache holds a copy as it was built, so its spec is the first preparer's.)
+            metadata = {
+                **hit,
+                "source": {**hit["source"], "spec": source, "cached_from": hit["source"]["spec"]},
+            }
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
             log.info(
                 "prepare: cache hit for %s (key %s, prepared from %s), nothing decoded",
