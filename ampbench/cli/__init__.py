@@ -94,7 +94,6 @@ def build_parser(with_options: Collection[str] = tuple(COMMANDS)) -> argparse.Ar
         )
         if name in with_options:
             command.add_options(command_parser)
-            command_parser.set_defaults(command_parser=command_parser)
     return parser
 
 
@@ -104,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(with_options=[named] if named else [])
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the command's parser, whose help lists the options it has
-        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        (commands,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        named_by = parser if named is None else commands.choices[named]
+        named_by.error(f"unrecognized arguments: {' '.join(unknown)}")
     handler: Handler = args.handler
     try:
         setup_logging(args.verbose)  # a malformed $RANK is one line too
